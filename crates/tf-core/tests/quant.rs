@@ -74,21 +74,22 @@ fn qdq_matches_quantize_then_decode() {
     let q8 = quant_fp8_pow2(&xb, 32);
     let mut y = xb.clone();
     qdq_fp8_pow2(&mut y, 32);
-    for i in 0..64 {
-        assert_eq!(y[i], to_bf16(q8.value(i)));
+    for (i, v) in y.iter().enumerate() {
+        assert_eq!(*v, to_bf16(q8.value(i)));
     }
     for (kind, group) in [(Fp4Scale::E8m0, 32), (Fp4Scale::E4m3, 16)] {
         let q4 = quant_fp4(&xb, group, kind);
         let mut y = xb.clone();
         qdq_fp4(&mut y, group, kind);
-        for i in 0..64 {
-            assert_eq!(y[i], to_bf16(q4.value(i)), "{kind:?} element {i}");
+        for (i, v) in y.iter().enumerate() {
+            assert_eq!(*v, to_bf16(q4.value(i)), "{kind:?} element {i}");
         }
     }
 }
 
 fn group_strategy(len: usize) -> impl Strategy<Value = Vec<bf16>> {
-    (proptest::collection::vec(-1f32..1f32, len), -20i32..20).prop_map(|(v, e)| v.iter().map(|x| bf16::from_f32(x * 2f32.powi(e))).collect())
+    (proptest::collection::vec(-1f32..1f32, len), -20i32..20)
+        .prop_map(|(v, e)| v.iter().map(|x| bf16::from_f32(x * 2f32.powi(e))).collect())
 }
 
 proptest! {

@@ -8,9 +8,8 @@ pub const E2M1_MAX: f32 = 6.0;
 const E2M1: MiniFloat = MiniFloat { man_bits: 1, bias: 1, max_code: 7 };
 
 /// The 16 codes decoded; bit 3 is the sign, so code 8 is −0.
-pub const E2M1_TABLE: [f32; 16] = [
-    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
-];
+pub const E2M1_TABLE: [f32; 16] =
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
 
 /// f32 → E2M1 code, round to nearest even on the grid, saturating at ±6; NaN gives ±0 as in DeepSeek's port.
 pub fn f32_to_e2m1(x: f32) -> u8 {

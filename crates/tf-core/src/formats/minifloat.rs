@@ -36,11 +36,7 @@ impl MiniFloat {
         let m = self.man_bits;
         let field = (code >> m) as i32;
         let man = (code & ((1 << m) - 1)) as f32 / (1u32 << m) as f32;
-        if field == 0 {
-            man * pow2(1 - self.bias)
-        } else {
-            (1.0 + man) * pow2(field - self.bias)
-        }
+        if field == 0 { man * pow2(1 - self.bias) } else { (1.0 + man) * pow2(field - self.bias) }
     }
 }
 

@@ -148,7 +148,7 @@ impl Fp4Groups {
     /// Element `i` dequantized (low nibble = even element).
     pub fn value(&self, i: usize) -> f32 {
         let byte = self.packed[i / 2];
-        let code = if i % 2 == 0 { byte & 0xF } else { byte >> 4 };
+        let code = if i.is_multiple_of(2) { byte & 0xF } else { byte >> 4 };
         e2m1_to_f32(code) * self.scale(i / self.group)
     }
 }

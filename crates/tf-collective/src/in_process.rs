@@ -1,0 +1,208 @@
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::op::{self, Contribution, Kind, Op, Payload};
+use crate::{Comm, CommError};
+
+/// One rank of a group of threads in this process; the reference communicator for CPU tests.
+pub struct InProcessComm {
+    rank: usize,
+    shared: Arc<Shared>,
+    // Not Sync: two threads driving one rank at once would fill its slot twice and break lockstep.
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+struct Shared {
+    world: usize,
+    timeout: Option<Duration>,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+/// A round is open while `outcome` is None and draining while ranks copy their share out of it.
+struct State {
+    slots: Vec<Option<Contribution>>,
+    arrived: usize,
+    outcome: Option<Result<Payload, CommError>>,
+    picked: usize,
+    broken: Option<CommError>,
+}
+
+impl InProcessComm {
+    /// One communicator per rank, in rank order; waits block forever unless a peer drops.
+    pub fn group(world_size: usize) -> Vec<InProcessComm> {
+        Self::build(world_size, None)
+    }
+
+    /// Like `group`, but a collective that waits longer than `timeout` fails and breaks the group.
+    pub fn group_with_timeout(world_size: usize, timeout: Duration) -> Vec<InProcessComm> {
+        Self::build(world_size, Some(timeout))
+    }
+
+    fn build(world: usize, timeout: Option<Duration>) -> Vec<InProcessComm> {
+        let shared = Arc::new(Shared {
+            world,
+            timeout,
+            state: Mutex::new(State {
+                slots: (0..world).map(|_| None).collect(),
+                arrived: 0,
+                outcome: None,
+                picked: 0,
+                broken: None,
+            }),
+            changed: Condvar::new(),
+        });
+        (0..world).map(|rank| InProcessComm { rank, shared: Arc::clone(&shared), _not_sync: PhantomData }).collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A rank that panics under the lock still breaks the group in Drop, so peers error instead of hanging.
+        self.shared.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs one round: deposit, let the last arrival combine, then copy this rank's share with `take`.
+    fn collective(&self, op: Op, data: Payload, take: impl FnOnce(&Payload)) -> Result<(), CommError> {
+        let deadline = self.shared.timeout.map(|after| (Instant::now() + after, after));
+        let mut st = self.lock();
+        while st.outcome.is_some() {
+            if let Some(err) = &st.broken {
+                return Err(err.clone());
+            }
+            st = self.wait(st, deadline)?;
+        }
+        if let Some(err) = &st.broken {
+            return Err(err.clone());
+        }
+        st.slots[self.rank] = Some(Contribution { op, data });
+        st.arrived += 1;
+        if st.arrived == self.shared.world {
+            let parts: Vec<Contribution> = st.slots.iter_mut().filter_map(Option::take).collect();
+            st.outcome = Some(op::combine(parts, self.shared.world));
+            st.arrived = 0;
+            self.shared.changed.notify_all();
+        }
+        let result = loop {
+            // A finished round wins over a break: every contribution arrived, so the result is valid.
+            if let Some(outcome) = &st.outcome {
+                break match outcome {
+                    Ok(payload) => {
+                        take(payload);
+                        Ok(())
+                    }
+                    Err(err) => Err(err.clone()),
+                };
+            }
+            if let Some(err) = &st.broken {
+                return Err(err.clone());
+            }
+            st = self.wait(st, deadline)?;
+        };
+        st.picked += 1;
+        if st.picked == self.shared.world {
+            st.outcome = None;
+            st.picked = 0;
+            self.shared.changed.notify_all();
+        }
+        result
+    }
+
+    fn wait<'a>(
+        &self,
+        mut st: MutexGuard<'a, State>,
+        deadline: Option<(Instant, Duration)>,
+    ) -> Result<MutexGuard<'a, State>, CommError> {
+        let Some((at, after)) = deadline else {
+            return Ok(self.shared.changed.wait(st).unwrap_or_else(PoisonError::into_inner));
+        };
+        let now = Instant::now();
+        if now >= at {
+            let err = CommError::Timeout { after };
+            // Our contribution may already sit in a slot, so the round can never be trusted again.
+            st.broken.get_or_insert_with(|| err.clone());
+            self.shared.changed.notify_all();
+            return Err(err);
+        }
+        let (st, _) = self.shared.changed.wait_timeout(st, at - now).unwrap_or_else(PoisonError::into_inner);
+        Ok(st)
+    }
+}
+
+impl Drop for InProcessComm {
+    fn drop(&mut self) {
+        let mut st = self.lock();
+        st.broken.get_or_insert(CommError::PeerGone { rank: self.rank });
+        self.shared.changed.notify_all();
+    }
+}
+
+impl fmt::Debug for InProcessComm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InProcessComm")
+            .field("rank", &self.rank)
+            .field("world_size", &self.shared.world)
+            .field("timeout", &self.shared.timeout)
+            .finish()
+    }
+}
+
+impl Comm for InProcessComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.shared.world
+    }
+
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<(), CommError> {
+        let op = Op::new(Kind::AllReduceSum, buf.len(), buf.len());
+        let data = Payload::floats(buf.to_vec());
+        self.collective(op, data, |sum| buf.copy_from_slice(&sum.floats))
+    }
+
+    fn all_gather(&self, input: &[f32], output: &mut [f32]) -> Result<(), CommError> {
+        let op = Op::new(Kind::AllGather, input.len(), output.len());
+        let data = Payload::floats(input.to_vec());
+        self.collective(op, data, |all| output.copy_from_slice(&all.floats))
+    }
+
+    fn reduce_scatter_sum(&self, input: &[f32], output: &mut [f32]) -> Result<(), CommError> {
+        let op = Op::new(Kind::ReduceScatterSum, input.len(), output.len());
+        let data = Payload::floats(input.to_vec());
+        let start = self.rank * output.len();
+        self.collective(op, data, |sum| {
+            output.copy_from_slice(&sum.floats[start..start + output.len()]);
+        })
+    }
+
+    fn broadcast(&self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
+        let op = Op::rooted(Kind::Broadcast, buf.len(), root);
+        let is_root = self.rank == root;
+        let data = Payload::floats(if is_root { buf.to_vec() } else { Vec::new() });
+        self.collective(op, data, |from_root| {
+            if !is_root {
+                buf.copy_from_slice(&from_root.floats);
+            }
+        })
+    }
+
+    fn broadcast_bytes(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        // Followers' lengths are free here: a control message's size is only known to the leader.
+        let op = Op::rooted(Kind::BroadcastBytes, 0, root);
+        let is_root = self.rank == root;
+        let data = Payload::bytes(if is_root { buf.clone() } else { Vec::new() });
+        self.collective(op, data, |from_root| {
+            if !is_root {
+                buf.clear();
+                buf.extend_from_slice(&from_root.bytes);
+            }
+        })
+    }
+
+    fn barrier(&self) -> Result<(), CommError> {
+        self.collective(Op::new(Kind::Barrier, 0, 0), Payload::default(), |_| {})
+    }
+}

@@ -1,0 +1,38 @@
+#![doc = include_str!("../README.md")]
+
+mod error;
+mod in_process;
+mod op;
+
+pub use error::CommError;
+pub use in_process::InProcessComm;
+
+/// One rank's handle on a group; every rank must issue the same collectives in the same order.
+pub trait Comm: Send {
+    /// This rank's index, `0..world_size()`.
+    fn rank(&self) -> usize;
+
+    fn world_size(&self) -> usize;
+
+    /// Element-wise sum folded in rank order `((x0 + x1) + x2) + ...`, so the bits match on every rank and run.
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<(), CommError>;
+
+    /// Concatenates every rank's `input` in rank order; `output.len()` must be `world_size * input.len()`.
+    fn all_gather(&self, input: &[f32], output: &mut [f32]) -> Result<(), CommError>;
+
+    /// Rank `r` gets slice `r` of the rank-order sum, bit-identical to the same slice of `all_reduce_sum`.
+    fn reduce_scatter_sum(&self, input: &[f32], output: &mut [f32]) -> Result<(), CommError>;
+
+    /// Copies `root`'s buffer into every rank's; all ranks pass the same length.
+    fn broadcast(&self, buf: &mut [f32], root: usize) -> Result<(), CommError>;
+
+    /// Replaces followers' bytes with `root`'s, of any length: how the leader tells followers the next step.
+    fn broadcast_bytes(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError>;
+
+    fn barrier(&self) -> Result<(), CommError>;
+
+    /// Rank 0 leads lockstep: it decides each step and broadcasts it to the followers.
+    fn is_leader(&self) -> bool {
+        self.rank() == 0
+    }
+}

@@ -1,0 +1,162 @@
+use crate::CommError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    AllReduceSum,
+    AllGather,
+    ReduceScatterSum,
+    Broadcast,
+    BroadcastBytes,
+    Barrier,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::AllReduceSum => "all_reduce_sum",
+            Kind::AllGather => "all_gather",
+            Kind::ReduceScatterSum => "reduce_scatter_sum",
+            Kind::Broadcast => "broadcast",
+            Kind::BroadcastBytes => "broadcast_bytes",
+            Kind::Barrier => "barrier",
+        }
+    }
+}
+
+/// What one rank asked for; ranks validate against each other so a bad call errors everywhere instead of deadlocking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Op {
+    pub kind: Kind,
+    pub input: usize,
+    pub output: usize,
+    pub root: Option<usize>,
+}
+
+impl Op {
+    pub fn new(kind: Kind, input: usize, output: usize) -> Self {
+        Op { kind, input, output, root: None }
+    }
+
+    pub fn rooted(kind: Kind, len: usize, root: usize) -> Self {
+        Op { kind, input: len, output: len, root: Some(root) }
+    }
+}
+
+/// Data a rank contributes, or the combined result every rank copies its share from.
+#[derive(Debug, Default)]
+pub(crate) struct Payload {
+    pub floats: Vec<f32>,
+    pub bytes: Vec<u8>,
+}
+
+impl Payload {
+    pub fn floats(floats: Vec<f32>) -> Self {
+        Payload { floats, bytes: Vec::new() }
+    }
+
+    pub fn bytes(bytes: Vec<u8>) -> Self {
+        Payload { floats: Vec::new(), bytes }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Contribution {
+    pub op: Op,
+    pub data: Payload,
+}
+
+/// Validates and combines one round; `parts` is indexed by rank and holds exactly `world` entries.
+pub(crate) fn combine(parts: Vec<Contribution>, world: usize) -> Result<Payload, CommError> {
+    check(&parts, world)?;
+    let first = parts[0].op;
+    Ok(match first.kind {
+        Kind::AllReduceSum | Kind::ReduceScatterSum => Payload::floats(sum_in_rank_order(parts)),
+        Kind::AllGather => {
+            let mut all = Vec::with_capacity(first.output);
+            for part in &parts {
+                all.extend_from_slice(&part.data.floats);
+            }
+            Payload::floats(all)
+        }
+        Kind::Broadcast | Kind::BroadcastBytes => {
+            let root = first.root.unwrap_or(0);
+            parts.into_iter().nth(root).map(|part| part.data).unwrap_or_default()
+        }
+        Kind::Barrier => Payload::default(),
+    })
+}
+
+/// Left fold `((x0 + x1) + x2) + ...` per element: f32 addition is not associative, so a fixed order is what makes results bit-identical.
+fn sum_in_rank_order(parts: Vec<Contribution>) -> Vec<f32> {
+    let mut parts = parts.into_iter();
+    let mut acc = parts.next().map(|part| part.data.floats).unwrap_or_default();
+    for part in parts {
+        for (a, x) in acc.iter_mut().zip(&part.data.floats) {
+            *a += *x;
+        }
+    }
+    acc
+}
+
+fn check(parts: &[Contribution], world: usize) -> Result<(), CommError> {
+    let first = parts[0].op;
+    for (rank, part) in parts.iter().enumerate() {
+        if part.op.kind != first.kind {
+            return Err(CommError::OpMismatch {
+                detail: format!("rank 0 called {}, rank {rank} called {}", first.kind.name(), part.op.kind.name()),
+            });
+        }
+    }
+    for (rank, part) in parts.iter().enumerate() {
+        if let Some(root) = part.op.root
+            && root >= world
+        {
+            return Err(CommError::RootOutOfRange { rank, root, world });
+        }
+    }
+    for (rank, part) in parts.iter().enumerate() {
+        if part.op.root != first.root {
+            return Err(CommError::OpMismatch {
+                detail: format!(
+                    "{}: rank 0 names root {:?}, rank {rank} names root {:?}",
+                    first.kind.name(),
+                    first.root,
+                    part.op.root
+                ),
+            });
+        }
+        if part.op.input != first.input {
+            return Err(CommError::LengthMismatch {
+                detail: format!(
+                    "{}: rank 0 passes {} elements, rank {rank} passes {}",
+                    first.kind.name(),
+                    first.input,
+                    part.op.input
+                ),
+            });
+        }
+        check_output(part.op, rank, world)?;
+    }
+    Ok(())
+}
+
+fn check_output(op: Op, rank: usize, world: usize) -> Result<(), CommError> {
+    let (fits, want) = match op.kind {
+        Kind::AllGather => (op.input.checked_mul(world) == Some(op.output), "input length times world size"),
+        Kind::ReduceScatterSum => {
+            (op.output.checked_mul(world) == Some(op.input), "input length divided by world size")
+        }
+        _ => (op.output == op.input, "the input length"),
+    };
+    if fits {
+        return Ok(());
+    }
+    Err(CommError::LengthMismatch {
+        detail: format!(
+            "{}: rank {rank} has input {} and output {}, but output must be {want} ({world})",
+            op.kind.name(),
+            op.input,
+            op.output
+        ),
+    })
+}

@@ -1,0 +1,4 @@
+mod all_reduce;
+mod failures;
+mod harness;
+mod shapes;

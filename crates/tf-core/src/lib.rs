@@ -1,0 +1,14 @@
+//! TensorFold-rs core: exact number formats, host tensors, safetensors loading and CPU reference ops.
+
+pub mod dtype;
+pub mod error;
+pub mod formats;
+pub mod ops;
+pub mod st;
+pub mod tensor;
+
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub use half::{bf16, f16};
+pub use st::{Checkpoint, SafetensorsFile};
+pub use tensor::Tensor;

@@ -1,0 +1,7 @@
+//! CPU reference ops: deterministic, row-invariant, and fast enough to keep CPU tests short.
+
+pub mod matmul;
+pub mod norm;
+
+pub use matmul::{matmul_nt, matmul_nt_into};
+pub use norm::{rms_norm_bf16, softmax_in_place};
