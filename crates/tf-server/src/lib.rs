@@ -1,0 +1,3 @@
+//! TensorFold-rs server crate: the `tf` command line (and, in later work, the OpenAI-compatible server).
+
+pub mod inspect;
