@@ -43,10 +43,7 @@ impl Options {
         if !root.is_dir() {
             return Err(format!("--root {}: not a directory", root.display()));
         }
-        Ok(Some(Options {
-            root,
-            update_baseline,
-        }))
+        Ok(Some(Options { root, update_baseline }))
     }
 }
 
@@ -69,11 +66,8 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
         }
     };
     let baseline = options.root.join(BASELINE_FILE);
-    let outcome = if options.update_baseline {
-        update(&options.root, &baseline)
-    } else {
-        verify(&options.root, &baseline)
-    };
+    let outcome =
+        if options.update_baseline { update(&options.root, &baseline) } else { verify(&options.root, &baseline) };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -88,12 +82,7 @@ fn verify(root: &Path, baseline: &Path) -> Result<(), String> {
     if !report.passed() {
         print_problems(&report.problems);
         print_tallies(&report.tallies);
-        let raised: Vec<&str> = report
-            .tallies
-            .iter()
-            .filter(|t| t.is_above())
-            .map(|t| t.rule.name())
-            .collect();
+        let raised: Vec<&str> = report.tallies.iter().filter(|t| t.is_above()).map(|t| t.rule.name()).collect();
         return Err(format!("FAILED: above baseline: {}", raised.join(", ")));
     }
     print_tallies(&report.tallies);
@@ -115,16 +104,11 @@ fn update(root: &Path, baseline: &Path) -> Result<(), String> {
             Ok(())
         }
         Err(Error::WouldRaise(raised)) => {
-            let raised_problems: Vec<Problem> = problems
-                .into_iter()
-                .filter(|p| raised.iter().any(|t| t.rule == p.rule))
-                .collect();
+            let raised_problems: Vec<Problem> =
+                problems.into_iter().filter(|p| raised.iter().any(|t| t.rule == p.rule)).collect();
             print_problems(&raised_problems);
             print_tallies(&raised);
-            Err(format!(
-                "{} left unchanged: fix these problems instead of raising the baseline",
-                baseline.display()
-            ))
+            Err(format!("{} left unchanged: fix these problems instead of raising the baseline", baseline.display()))
         }
         Err(e) => Err(e.to_string()),
     }

@@ -3,10 +3,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn xtask(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap()
 }
 
 fn lean_check(root: &Path, extra: &[&str]) -> Output {
@@ -38,13 +35,7 @@ fn clean_tree() -> tempfile::TempDir {
 fn clean_tree_passes() {
     let dir = clean_tree();
     let out = lean_check(dir.path(), &[]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("file-too-long: 0 (baseline 0)"));
 }
 
@@ -54,48 +45,26 @@ fn file_of_601_lines_fails() {
     write(dir.path(), "src/big.rs", &"let x = 1;\n".repeat(601));
     let out = lean_check(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stdout(&out).contains("src/big.rs:600: file-too-long\n"),
-        "{}",
-        stdout(&out)
-    );
+    assert!(stdout(&out).contains("src/big.rs:600: file-too-long\n"), "{}", stdout(&out));
     assert!(stdout(&out).contains("file-too-long: 1 (baseline 0)"));
 }
 
 #[test]
 fn two_line_comment_fails() {
     let dir = clean_tree();
-    write(
-        dir.path(),
-        "src/talk.rs",
-        "fn a() {}\n// why\n// and why again\n",
-    );
+    write(dir.path(), "src/talk.rs", "fn a() {}\n// why\n// and why again\n");
     let out = lean_check(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stdout(&out).contains("src/talk.rs:2: multi-line-comment\n"),
-        "{}",
-        stdout(&out)
-    );
+    assert!(stdout(&out).contains("src/talk.rs:2: multi-line-comment\n"), "{}", stdout(&out));
 }
 
 #[test]
 fn baseline_in_root_tolerates_known_problems_and_reports_lowering() {
     let dir = clean_tree();
     write(dir.path(), "src/talk.rs", "// why\n// and why again\n");
-    write(
-        dir.path(),
-        "lean-baseline.txt",
-        "file-too-long 0\nblock-comment 0\nmulti-line-comment 2\n",
-    );
+    write(dir.path(), "lean-baseline.txt", "file-too-long 0\nblock-comment 0\nmulti-line-comment 2\n");
     let out = lean_check(dir.path(), &[]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("multi-line-comment: 1 (baseline 2)"));
     assert!(stdout(&out).contains("can be lowered"));
 }
@@ -104,38 +73,18 @@ fn baseline_in_root_tolerates_known_problems_and_reports_lowering() {
 fn update_baseline_lowers_but_refuses_to_raise() {
     let dir = clean_tree();
     let baseline = dir.path().join("lean-baseline.txt");
-    write(
-        dir.path(),
-        "lean-baseline.txt",
-        "file-too-long 0\nblock-comment 3\nmulti-line-comment 0\n",
-    );
+    write(dir.path(), "lean-baseline.txt", "file-too-long 0\nblock-comment 3\nmulti-line-comment 0\n");
     write(dir.path(), "src/a.rs", "/* old */\n");
     let out = lean_check(dir.path(), &["--update-baseline"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert_eq!(
-        fs::read_to_string(&baseline).unwrap(),
-        "file-too-long 0\nblock-comment 1\nmulti-line-comment 0\n"
-    );
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(fs::read_to_string(&baseline).unwrap(), "file-too-long 0\nblock-comment 1\nmulti-line-comment 0\n");
 
     write(dir.path(), "src/b.rs", "/* new */\n");
     let out = lean_check(dir.path(), &["--update-baseline"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stdout(&out).contains("src/b.rs:1: block-comment"),
-        "{}",
-        stdout(&out)
-    );
+    assert!(stdout(&out).contains("src/b.rs:1: block-comment"), "{}", stdout(&out));
     assert!(stderr(&out).contains("unchanged"), "{}", stderr(&out));
-    assert_eq!(
-        fs::read_to_string(&baseline).unwrap(),
-        "file-too-long 0\nblock-comment 1\nmulti-line-comment 0\n"
-    );
+    assert_eq!(fs::read_to_string(&baseline).unwrap(), "file-too-long 0\nblock-comment 1\nmulti-line-comment 0\n");
 }
 
 #[test]
@@ -144,11 +93,7 @@ fn malformed_baseline_fails() {
     write(dir.path(), "lean-baseline.txt", "block-comment many\n");
     let out = lean_check(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("lean-baseline.txt: line 1"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("lean-baseline.txt: line 1"), "{}", stderr(&out));
 }
 
 #[test]
@@ -164,11 +109,7 @@ fn usage_errors_exit_2_and_list_lean_check() {
     for args in cases {
         let out = xtask(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(
-            stderr(&out).contains("lean-check"),
-            "{args:?}: {}",
-            stderr(&out)
-        );
+        assert!(stderr(&out).contains("lean-check"), "{args:?}: {}", stderr(&out));
     }
 }
 

@@ -39,24 +39,16 @@ impl Counts {
         let mut counts = Counts::default();
         let mut seen = [false; Rule::ALL.len()];
         for (index, raw) in text.lines().enumerate() {
-            let fail = |reason: String| ParseError {
-                line: index + 1,
-                reason,
-            };
+            let fail = |reason: String| ParseError { line: index + 1, reason };
             let fields: Vec<&str> = raw.split_whitespace().collect();
             let [name, count] = fields[..] else {
                 if fields.is_empty() {
                     continue;
                 }
-                return Err(fail(format!(
-                    "expected `rule count`, found `{}`",
-                    raw.trim()
-                )));
+                return Err(fail(format!("expected `rule count`, found `{}`", raw.trim())));
             };
             let rule: Rule = name.parse().map_err(|e| fail(format!("{e}")))?;
-            let count = count
-                .parse()
-                .map_err(|_| fail(format!("bad count `{count}` for {rule}")))?;
+            let count = count.parse().map_err(|_| fail(format!("bad count `{count}` for {rule}")))?;
             if std::mem::replace(&mut seen[rule as usize], true) {
                 return Err(fail(format!("{rule} is listed twice")));
             }
@@ -68,10 +60,7 @@ impl Counts {
     /// Reads a baseline file; a missing file means every count is zero.
     pub fn load(path: &Path) -> Result<Self, Error> {
         match fs::read_to_string(path) {
-            Ok(text) => Counts::parse(&text).map_err(|source| Error::Baseline {
-                path: path.to_owned(),
-                source,
-            }),
+            Ok(text) => Counts::parse(&text).map_err(|source| Error::Baseline { path: path.to_owned(), source }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Counts::default()),
             Err(e) => Err(io_error(e, path)),
         }
@@ -79,10 +68,7 @@ impl Counts {
 
     /// Renders every rule as `rule count`, one per line, in `Rule::ALL` order.
     pub fn render(&self) -> String {
-        Rule::ALL
-            .iter()
-            .map(|&rule| format!("{rule} {}\n", self.get(rule)))
-            .collect()
+        Rule::ALL.iter().map(|&rule| format!("{rule} {}\n", self.get(rule))).collect()
     }
 }
 
@@ -118,11 +104,7 @@ impl Tally {
     fn compare(current: &Counts, baseline: &Counts) -> Vec<Tally> {
         Rule::ALL
             .into_iter()
-            .map(|rule| Tally {
-                rule,
-                current: current.get(rule),
-                baseline: baseline.get(rule),
-            })
+            .map(|rule| Tally { rule, current: current.get(rule), baseline: baseline.get(rule) })
             .collect()
     }
 
@@ -139,11 +121,7 @@ impl Tally {
 
 impl fmt::Display for Tally {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} (baseline {})",
-            self.rule, self.current, self.baseline
-        )
+        write!(f, "{}: {} (baseline {})", self.rule, self.current, self.baseline)
     }
 }
 

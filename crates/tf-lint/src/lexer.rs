@@ -9,11 +9,7 @@ pub(crate) enum Lang {
 
 impl Lang {
     pub(crate) fn from_path(path: &str) -> Self {
-        if path.ends_with(".cu") || path.ends_with(".cuh") {
-            Lang::Cuda
-        } else {
-            Lang::Rust
-        }
+        if path.ends_with(".cu") || path.ends_with(".cuh") { Lang::Cuda } else { Lang::Rust }
     }
 }
 
@@ -65,12 +61,7 @@ struct Cursor {
 
 impl Cursor {
     fn new(text: &str) -> Self {
-        Cursor {
-            chars: text.chars().collect(),
-            pos: 0,
-            line: 1,
-            line_is_blank_so_far: true,
-        }
+        Cursor { chars: text.chars().collect(), pos: 0, line: 1, line_is_blank_so_far: true }
     }
 
     fn peek(&self, ahead: usize) -> Option<char> {
@@ -161,10 +152,7 @@ impl Cursor {
     /// Eats numbers whole so that C++14 digit separators like `1'000` are not read as chars.
     fn skip_number(&mut self, lang: Lang) {
         let separator = if lang == Lang::Cuda { '\'' } else { '_' };
-        while self
-            .peek(0)
-            .is_some_and(|c| is_ident_char(c) || c == separator)
-        {
+        while self.peek(0).is_some_and(|c| is_ident_char(c) || c == separator) {
             self.bump();
         }
     }
@@ -189,9 +177,7 @@ impl Cursor {
             return;
         }
         self.bump_n(hashes + 1);
-        let terminator: String = std::iter::once('"')
-            .chain(std::iter::repeat_n('#', hashes))
-            .collect();
+        let terminator: String = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
         self.skip_past(&terminator);
     }
 
@@ -201,10 +187,7 @@ impl Cursor {
             return;
         }
         let delim: String = (1..)
-            .map_while(|i| {
-                self.peek(i)
-                    .filter(|&c| c != '(' && c != '"' && !c.is_whitespace())
-            })
+            .map_while(|i| self.peek(i).filter(|&c| c != '(' && c != '"' && !c.is_whitespace()))
             .take(16)
             .collect();
         if self.peek(delim.chars().count() + 1) != Some('(') {

@@ -11,9 +11,7 @@ use std::io;
 use std::path::Path;
 use std::str::FromStr;
 
-pub use baseline::{
-    BASELINE_FILE, Counts, Error, ParseError, Report, Tally, check, update_baseline,
-};
+pub use baseline::{BASELINE_FILE, Counts, Error, ParseError, Report, Tally, check, update_baseline};
 
 /// Files must stay strictly below this many lines.
 pub const MAX_LINES: usize = 600;
@@ -31,11 +29,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in baseline order.
-    pub const ALL: [Rule; 3] = [
-        Rule::FileTooLong,
-        Rule::BlockComment,
-        Rule::MultiLineComment,
-    ];
+    pub const ALL: [Rule; 3] = [Rule::FileTooLong, Rule::BlockComment, Rule::MultiLineComment];
 
     /// The stable name, e.g. `file-too-long`.
     pub const fn name(self) -> &'static str {
@@ -69,10 +63,7 @@ impl FromStr for Rule {
     type Err = UnknownRule;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Rule::ALL
-            .into_iter()
-            .find(|rule| rule.name() == s)
-            .ok_or_else(|| UnknownRule(s.to_owned()))
+        Rule::ALL.into_iter().find(|rule| rule.name() == s).ok_or_else(|| UnknownRule(s.to_owned()))
     }
 }
 
@@ -95,26 +86,14 @@ impl fmt::Display for Problem {
 
 /// Checks one file's text; `path_label` is reported as-is and its extension picks the lexer.
 pub fn check_source(path_label: &str, text: &str) -> Vec<Problem> {
-    let problem = |line, rule| Problem {
-        path: path_label.to_owned(),
-        line,
-        rule,
-    };
+    let problem = |line, rule| Problem { path: path_label.to_owned(), line, rule };
     let mut problems = Vec::new();
     if text.lines().count() >= MAX_LINES {
         problems.push(problem(MAX_LINES, Rule::FileTooLong));
     }
     let comments = lexer::scan(text, lexer::Lang::from_path(path_label));
-    problems.extend(
-        comments
-            .block_starts
-            .iter()
-            .map(|&line| problem(line, Rule::BlockComment)),
-    );
-    problems.extend(
-        comment_runs(&comments.leading_line_comments)
-            .map(|line| problem(line, Rule::MultiLineComment)),
-    );
+    problems.extend(comments.block_starts.iter().map(|&line| problem(line, Rule::BlockComment)));
+    problems.extend(comment_runs(&comments.leading_line_comments).map(|line| problem(line, Rule::MultiLineComment)));
     problems.sort();
     problems
 }
@@ -123,8 +102,8 @@ pub fn check_source(path_label: &str, text: &str) -> Vec<Problem> {
 pub fn check_tree(root: &Path) -> io::Result<Vec<Problem>> {
     let mut problems = Vec::new();
     for file in walk::source_files(root)? {
-        let bytes = std::fs::read(&file.path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", file.path.display())))?;
+        let bytes =
+            std::fs::read(&file.path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", file.path.display())))?;
         problems.extend(check_source(&file.label, &String::from_utf8_lossy(&bytes)));
     }
     problems.sort();

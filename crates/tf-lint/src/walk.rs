@@ -43,17 +43,12 @@ fn is_skipped_dir(path: &Path, name: &str, prefix: &str) -> bool {
     if name.starts_with('.') {
         return true;
     }
-    let parent_is_fuzz = Path::new(prefix)
-        .file_name()
-        .is_some_and(|parent| parent == "fuzz");
+    let parent_is_fuzz = Path::new(prefix).file_name().is_some_and(|parent| parent == "fuzz");
     name == "target" && (prefix.is_empty() || parent_is_fuzz || path.join("CACHEDIR.TAG").exists())
 }
 
 fn has_source_extension(name: &str) -> bool {
-    Path::new(name)
-        .extension()
-        .and_then(|ext| ext.to_str())
-        .is_some_and(|ext| EXTENSIONS.contains(&ext))
+    Path::new(name).extension().and_then(|ext| ext.to_str()).is_some_and(|ext| EXTENSIONS.contains(&ext))
 }
 
 fn with_path(err: io::Error, path: &Path) -> io::Error {

@@ -45,11 +45,7 @@ fn skips_build_output_and_hidden_dirs() {
     write(root, "crates/a/.hidden/x.rs", BAD);
     write(root, "crates/a/fuzz/target/x.rs", BAD);
     write(root, "fuzz/target/x.rs", BAD);
-    write(
-        root,
-        "crates/b/target/CACHEDIR.TAG",
-        "Signature: 8a477f597d28d172789f06886806bc55\n",
-    );
+    write(root, "crates/b/target/CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n");
     write(root, "crates/b/target/x.rs", BAD);
     write(root, "crates/a/src/lib.rs", "fn ok() {}\n");
     assert_eq!(check_tree(root).unwrap(), []);
@@ -59,10 +55,7 @@ fn skips_build_output_and_hidden_dirs() {
 fn source_dir_named_target_is_still_checked() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "crates/spec/src/target/mod.rs", BAD);
-    assert_eq!(
-        shown(&check_tree(dir.path()).unwrap()),
-        ["crates/spec/src/target/mod.rs:1: multi-line-comment"]
-    );
+    assert_eq!(shown(&check_tree(dir.path()).unwrap()), ["crates/spec/src/target/mod.rs:1: multi-line-comment"]);
 }
 
 #[test]
