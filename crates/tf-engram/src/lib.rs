@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+
+mod error;
+mod hasher;
+mod history;
+mod layout;
+pub mod multipliers;
+pub mod primes;
+mod table;
+mod token_map;
+
+pub use error::{EngramError, Result};
+pub use hasher::{NgramHasher, NgramIds};
+pub use history::{DEAD, DEFAULT_MAX_ROLLBACK, NgramHistory};
+pub use layout::{EngramConfig, EngramLayout};
+pub use multipliers::{Multipliers, multipliers};
+pub use table::{EngramTable, SCALE_BLOCK, TensorTable, dequant_row};
+pub use token_map::{DEEPSEEK_V4_CLASSES, DEEPSEEK_V4_TOKEN_MAP, DEEPSEEK_V4_VOCAB, TokenMap};
