@@ -1,6 +1,15 @@
-//! The DeepSeek-V4.1-Flash family: config, layer roles, and (next) weights and the CPU reference forward.
+//! The DeepSeek-V4.1-Flash family: config, layer roles, weights and the CPU reference forward.
 
+pub mod attn;
 pub mod config;
+pub mod engram;
+pub mod linear;
+pub mod mhc;
+pub mod model;
+pub mod moe;
 pub mod rope;
+pub mod state;
+pub mod tiny;
 
 pub use config::{Config, ConfigError};
+pub use model::{Model, Options};

@@ -94,7 +94,10 @@ impl Config {
                     );
                 }
                 None => {
-                    return err("kv_source_layers", format!("layer {l} has ratio {r} but no KV source at or before it"));
+                    return err(
+                        "kv_source_layers",
+                        format!("layer {l} has ratio {r} but no KV source at or before it"),
+                    );
                 }
             }
             match owner(&self.index_source_layers) {

@@ -1,0 +1,154 @@
+//! CSA2 attention (dsv41 §6): low-rank query, window K=V, compressed KV with indexer selection, sink, grouped output.
+
+mod compress;
+mod draft;
+mod index;
+mod load;
+pub mod sparse;
+
+pub use compress::pool;
+pub use index::{Shared, candidate_mask, top_k};
+pub use load::{AttnWeights, Compressor, IndexKeys, Indexer};
+
+use crate::config::{AttnMode, LayerRole};
+use crate::linear::rms_norm_rows;
+use crate::rope::Rope;
+use crate::state::SeqState;
+use index::IndexInput;
+use tf_core::bf16;
+use tf_core::formats::{qdq_fp8_pow2, to_bf16};
+use tf_core::ops::qgemm::QuantActs;
+
+/// Rotates the last rope channels of a bf16 vector in f32 and rounds back, as `apply_rotary_emb` does in place.
+pub fn rope_bf16(x: &mut [bf16], rope: &Rope, pos: usize, inverse: bool) {
+    let mut f: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+    rope.apply(&mut f, pos, inverse);
+    for (o, v) in x.iter_mut().zip(f) {
+        *o = to_bf16(v);
+    }
+}
+
+/// Switches that reproduce reference behaviour we otherwise fix.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Quirks {
+    /// Score ratio-2 index sources against the last publisher's keys on steps where their group is open (§6.5).
+    pub stale_index_keys: bool,
+}
+
+/// The inputs one attention call needs besides its rows.
+pub struct AttnCall<'a> {
+    pub role: &'a LayerRole,
+    pub rope: &'a Rope,
+    pub eps: f32,
+    pub pos0: usize,
+    /// False on the replay pass, where the compressor already ran over every prompt row.
+    pub run_compressor: bool,
+    pub quirks: Quirks,
+}
+
+impl AttnWeights {
+    /// Attention over `rows` normed inputs at positions `pos0..`; updates the sequence's caches, returns `rows × dim`.
+    pub fn forward(&self, x: &[bf16], call: &AttnCall<'_>, st: &mut SeqState, shared: &mut Shared) -> Vec<bf16> {
+        let (role, rope, pos0) = (call.role, call.rope, call.pos0);
+        if role.is_dspark {
+            return self.forward_draft(x, pos0, &st.windows[role.layer], rope, call.eps);
+        }
+        let rows = x.len() / self.wq_a.in_features();
+        let (heads, d) = (self.n_heads, self.head_dim);
+        let xq = QuantActs::new(x, rows, self.wq_a.in_features());
+        let qr = rms_norm_rows(&tf_core::ops::qgemm::qgemm_bf16(&self.wq_a, &xq), &self.q_norm, call.eps);
+        let mut q = self.wq_b.forward(&qr, rows);
+        for (r, row) in q.chunks_exact_mut(heads * d).enumerate() {
+            row.chunks_exact_mut(d).for_each(|h| rope_bf16(h, rope, pos0 + r, false));
+        }
+        let mut kv = rms_norm_rows(&tf_core::ops::qgemm::qgemm_bf16(&self.wkv, &xq), &self.kv_norm, call.eps);
+        for (r, row) in kv.chunks_exact_mut(d).enumerate() {
+            rope_bf16(row, rope, pos0 + r, false);
+            qdq_fp8_pow2(row, 32);
+        }
+        let selection = self.compressed_selection(x, &qr, call, st, shared);
+        let owner = role.kv_owner.unwrap_or(role.layer);
+        let ring = &st.windows[role.layer];
+        let floor = st.window_floor[role.layer];
+        let empty = Vec::new();
+        let latents = st.compressed[owner].as_ref().map_or(&empty, |c| &c.latents);
+        let w = self.window;
+        let scale = (d as f32).powf(-0.5);
+        let mut o = vec![bf16::ZERO; rows * heads * d];
+        for r in 0..rows {
+            let p = pos0 + r;
+            let lo = floor.max((p + 1).saturating_sub(w));
+            let mut keys: Vec<Option<&[bf16]>> = (lo..=p)
+                .map(|kp| if kp >= pos0 { Some(&kv[(kp - pos0) * d..(kp - pos0 + 1) * d]) } else { ring.get(kp) })
+                .collect();
+            keys.resize(w, None);
+            if let Some(sel) = &selection {
+                keys.extend(sel[r].iter().map(|&g| Some(latents[g].as_slice())));
+            }
+            let qrow = &q[r * heads * d..(r + 1) * heads * d];
+            let orow = &mut o[r * heads * d..(r + 1) * heads * d];
+            for h in 0..heads {
+                let qf: Vec<f32> = qrow[h * d..(h + 1) * d].iter().map(|v| v.to_f32()).collect();
+                sparse::attend(&qf, &keys, self.sink[h], scale, &mut orow[h * d..(h + 1) * d]);
+                rope_bf16(&mut orow[h * d..(h + 1) * d], rope, p, true);
+            }
+        }
+        for r in rows.saturating_sub(w)..rows {
+            st.windows[role.layer].put(pos0 + r, kv[r * d..(r + 1) * d].to_vec());
+        }
+        self.wo_b.forward(&self.grouped_out(&o, rows), rows)
+    }
+
+    /// Each row's compressed groups: selected here (index sources), reused, or none for window-only layers.
+    fn compressed_selection(
+        &self,
+        x: &[bf16],
+        qr: &[bf16],
+        call: &AttnCall<'_>,
+        st: &mut SeqState,
+        shared: &mut Shared,
+    ) -> Option<Vec<Vec<usize>>> {
+        let role = call.role;
+        if role.mode == AttnMode::Swa {
+            return None;
+        }
+        let mut emitted = 0;
+        if role.is_kv_source && call.run_compressor {
+            let cache = st.compressed[role.layer].as_mut().expect("KV sources have a cache");
+            emitted = self.compress_rows(x, call.pos0, cache, call.rope, call.eps);
+        }
+        if !role.is_index_source {
+            return Some(shared.topk.clone());
+        }
+        let mut key_owner = role.kv_owner.expect("compressed layers have a KV owner");
+        if role.is_kv_source && (emitted > 0 || !call.run_compressor) {
+            st.last_key_publisher = Some(role.layer);
+        } else if call.quirks.stale_index_keys && role.is_kv_source {
+            key_owner = st.last_key_publisher.unwrap_or(key_owner);
+        }
+        let keys = &st.compressed[key_owner].as_ref().expect("key owner has a cache").index_k;
+        let inp = IndexInput { keys, pos0: call.pos0, ratio: self.ratio };
+        let sel = self.select(x, qr, &inp, call.rope, shared);
+        shared.topk = sel.clone();
+        Some(sel)
+    }
+
+    /// `wo_a` block-diagonal over groups (each group projects only its heads), bf16 out.
+    fn grouped_out(&self, o: &[bf16], rows: usize) -> Vec<bf16> {
+        let g = self.o_groups;
+        let gin = self.n_heads * self.head_dim / g;
+        let rank = self.o_lora_rank;
+        let mut u = vec![bf16::ZERO; rows * g * rank];
+        for r in 0..rows {
+            for gi in 0..g {
+                let og: Vec<f32> =
+                    o[r * g * gin + gi * gin..r * g * gin + (gi + 1) * gin].iter().map(|v| v.to_f32()).collect();
+                for k in 0..rank {
+                    let wrow = &self.wo_a[(gi * rank + k) * gin..(gi * rank + k + 1) * gin];
+                    u[r * g * rank + gi * rank + k] = to_bf16(og.iter().zip(wrow).map(|(a, b)| a * b).sum());
+                }
+            }
+        }
+        u
+    }
+}

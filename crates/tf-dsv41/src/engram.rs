@@ -1,0 +1,81 @@
+//! The Engram module (dsv41 §10.2): gathered n-gram rows → `wkv` → per-stream signed-sqrt gate on a shared value.
+
+use tf_core::formats::to_bf16;
+use tf_core::ops::qgemm::Fp8Weight;
+use tf_core::{Checkpoint, Error, Result, bf16};
+use tf_engram::{EngramTable, TensorTable};
+
+use crate::linear::Dense;
+
+/// One Engram layer: its table, `wkv`, and the folded `q_weight ⊙ k_weight`.
+pub struct EngramGate {
+    pub table: Box<dyn EngramTable>,
+    pub wkv: Fp8Weight,
+    /// `q_weight · k_weight` in f32, `[hc × dim]`: the reference only ever uses the product.
+    pub weight: Vec<f32>,
+    pub hc: usize,
+    pub dim: usize,
+}
+
+impl std::fmt::Debug for EngramGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EngramGate({}, {} rows)", self.table.name(), self.table.rows())
+    }
+}
+
+impl EngramGate {
+    pub fn load(ck: &Checkpoint, prefix: &str, hc: usize, dim: usize, cols: usize) -> Result<EngramGate> {
+        let p = format!("{prefix}engram.");
+        let table = TensorTable::open(ck, &format!("{p}embed")).map_err(|e| Error::Invalid(e.to_string()))?;
+        let wkv = Fp8Weight::load(ck, &format!("{p}wkv"))?;
+        let want = (dim * (hc + 1), cols * table.dim());
+        if (wkv.out_features(), wkv.in_features()) != want {
+            let found = vec![wkv.out_features(), wkv.in_features()];
+            return Err(Error::ShapeMismatch { name: format!("{p}wkv.weight"), expected: vec![want.0, want.1], found });
+        }
+        let q = Dense::load(ck, &format!("{p}q_weight"), hc, dim)?.w;
+        let k = Dense::load(ck, &format!("{p}k_weight"), hc, dim)?.w;
+        let weight = q.iter().zip(&k).map(|(a, b)| a * b).collect();
+        Ok(EngramGate { table: Box::new(table), wkv, weight, hc, dim })
+    }
+
+    /// Adds the gated value to every stream of each row; `live[r] == false` (image tokens) shuts the gate.
+    pub fn forward(&self, x: &mut [bf16], ids: &[&[u64]], live: Option<&[bool]>, eps: f32) -> Result<()> {
+        let (hc, dim) = (self.hc, self.dim);
+        let rows = ids.len();
+        let width = ids[0].len() * self.table.dim();
+        let mut e = vec![bf16::ZERO; rows * width];
+        for (r, row_ids) in ids.iter().enumerate() {
+            self.table
+                .gather(row_ids, &mut e[r * width..(r + 1) * width])
+                .map_err(|err| Error::Invalid(err.to_string()))?;
+        }
+        let kv = self.wkv.forward(&e, rows);
+        let inv_sqrt_dim = (dim as f32).powf(-0.5);
+        for r in 0..rows {
+            let kvr = &kv[r * (hc + 1) * dim..(r + 1) * (hc + 1) * dim];
+            let value = &kvr[hc * dim..];
+            for i in 0..hc {
+                let xs = &mut x[(r * hc + i) * dim..(r * hc + i + 1) * dim];
+                let key = &kvr[i * dim..(i + 1) * dim];
+                let w = &self.weight[i * dim..(i + 1) * dim];
+                let h: Vec<f32> = xs.iter().map(|v| v.to_f32()).collect();
+                let ms_h = h.iter().map(|v| v * v).sum::<f32>() / dim as f32;
+                let ms_k = key.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>() / dim as f32;
+                let rstd = (1.0 / (ms_h + eps).sqrt()) * (1.0 / (ms_k + eps).sqrt());
+                let dot: f32 =
+                    h.iter().zip(w).zip(key).map(|((a, b), k)| a * b * k.to_f32()).sum::<f32>() * rstd * inv_sqrt_dim;
+                let gate =
+                    if live.is_some_and(|l| !l[r]) { 0.0 } else { sigmoid(dot.abs().max(1e-6).sqrt().copysign(dot)) };
+                for ((o, hv), v) in xs.iter_mut().zip(&h).zip(value) {
+                    *o = to_bf16(hv + gate * v.to_f32());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}

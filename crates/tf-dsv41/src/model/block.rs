@@ -1,0 +1,133 @@
+//! One block on a set of rows (dsv41 §2, §8): Engram, then attention and MoE between hc collapse and expand.
+
+use crate::Config;
+use crate::attn::{AttnCall, AttnWeights, Quirks, Shared};
+use crate::config::LayerRole;
+use crate::engram::EngramGate;
+use crate::linear::{load_bf16_vec, rms_norm_rows};
+use crate::mhc::{HcSite, hc_post, hc_pre};
+use crate::moe::{Moe, MoeShape};
+use crate::rope::Rope;
+use crate::state::SeqState;
+use tf_core::{Checkpoint, Result, bf16};
+
+/// A backbone layer or DSpark stage.
+#[derive(Debug)]
+pub struct Block {
+    pub role: LayerRole,
+    pub attn: AttnWeights,
+    pub ffn: Moe,
+    pub attn_norm: Vec<bf16>,
+    pub ffn_norm: Vec<bf16>,
+    pub hc_attn: HcSite,
+    pub hc_ffn: HcSite,
+    pub engram: Option<EngramGate>,
+}
+
+/// Rows moving through the stack: the `hc`-stream state and the pre-mix each row collapses with next.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Streams {
+    pub x: Vec<bf16>,
+    pub pre: Vec<Vec<f32>>,
+}
+
+/// Per-call settings shared by every block.
+pub struct BlockCall<'a> {
+    pub cfg: &'a Config,
+    pub rope: &'a Rope,
+    pub pos0: usize,
+    pub run_compressor: bool,
+    pub quirks: Quirks,
+    pub engram_ids: Option<&'a [Vec<u64>]>,
+}
+
+impl Block {
+    pub fn load(ck: &Checkpoint, cfg: &Config, role: &LayerRole, engram_cols: usize) -> Result<Block> {
+        let l = role.layer;
+        let prefix = if role.is_dspark { format!("mtp.{}.", l - cfg.n_layers) } else { format!("layers.{l}.") };
+        let (experts, topk) = cfg.moe_config(l);
+        let shape = MoeShape { dim: cfg.dim, inter: cfg.moe_inter_dim, experts, topk };
+        let hc = cfg.hc_mult;
+        let engram = if !role.is_dspark && cfg.engram_layer_ids.contains(&l) {
+            Some(EngramGate::load(ck, &prefix, hc, cfg.dim, engram_cols)?)
+        } else {
+            None
+        };
+        Ok(Block {
+            role: role.clone(),
+            attn: AttnWeights::load(ck, &prefix, cfg, role)?,
+            ffn: Moe::load(ck, &prefix, &shape, cfg.route_scale, cfg.norm_topk_prob, cfg.swiglu_limit)?,
+            attn_norm: load_bf16_vec(ck, &format!("{prefix}attn_norm.weight"), cfg.dim)?,
+            ffn_norm: load_bf16_vec(ck, &format!("{prefix}ffn_norm.weight"), cfg.dim)?,
+            hc_attn: HcSite::load(ck, &prefix, "attn", hc, cfg.dim)?,
+            hc_ffn: HcSite::load(ck, &prefix, "ffn", hc, cfg.dim)?,
+            engram,
+        })
+    }
+
+    /// The normed attention input of every row: `attn_norm(hc_pre(X, pre))`.
+    pub fn attn_input(&self, s: &Streams, cfg: &Config) -> Vec<bf16> {
+        let (hc, dim) = (cfg.hc_mult, cfg.dim);
+        let collapsed: Vec<bf16> = s
+            .pre
+            .iter()
+            .enumerate()
+            .flat_map(|(r, p)| hc_pre(&s.x[r * hc * dim..(r + 1) * hc * dim], p, dim))
+            .collect();
+        rms_norm_rows(&collapsed, &self.attn_norm, cfg.norm_eps)
+    }
+
+    /// Adds this layer's Engram to the streams; it runs before the block's mixes and before DSpark taps (pitfall 4).
+    pub fn apply_engram(&self, s: &mut Streams, call: &BlockCall<'_>) -> Result<()> {
+        if let (Some(g), Some(ids)) = (&self.engram, call.engram_ids) {
+            let refs: Vec<&[u64]> = ids.iter().map(Vec::as_slice).collect();
+            g.forward(&mut s.x, &refs, None, call.cfg.norm_eps)?;
+        }
+        Ok(())
+    }
+
+    /// Attention then MoE between hc collapse and expand, on `s` in place.
+    pub fn forward(&self, s: &mut Streams, call: &BlockCall<'_>, st: &mut SeqState, shared: &mut Shared) {
+        let cfg = call.cfg;
+        let (hc, dim, eps) = (cfg.hc_mult, cfg.dim, cfg.norm_eps);
+        let rows = s.pre.len();
+        let (iters, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.hc_eps);
+        let mix_a = self.hc_attn.mixes(&s.x, rows, hc, iters, eps, hc_eps);
+        let a_in = self.attn_input(s, cfg);
+        let attn_call = AttnCall {
+            role: &self.role,
+            rope: call.rope,
+            eps,
+            pos0: call.pos0,
+            run_compressor: call.run_compressor,
+            quirks: call.quirks,
+        };
+        let a = self.attn.forward(&a_in, &attn_call, st, shared);
+        let width = hc * dim;
+        let mut x: Vec<bf16> = (0..rows)
+            .flat_map(|r| hc_post(&a[r * dim..(r + 1) * dim], &s.x[r * width..(r + 1) * width], &mix_a[r], dim))
+            .collect();
+        let mix_f = self.hc_ffn.mixes(&x, rows, hc, iters, eps, hc_eps);
+        let f_pre: Vec<bf16> =
+            (0..rows).flat_map(|r| hc_pre(&x[r * width..(r + 1) * width], &mix_a[r].pre, dim)).collect();
+        let f = self.ffn.forward(&rms_norm_rows(&f_pre, &self.ffn_norm, eps), rows);
+        x = (0..rows)
+            .flat_map(|r| hc_post(&f[r * dim..(r + 1) * dim], &x[r * width..(r + 1) * width], &mix_f[r], dim))
+            .collect();
+        s.x = x;
+        s.pre = mix_f.into_iter().map(|m| m.pre).collect();
+    }
+
+    /// Mean over the streams of every row (`h.mean(dim=2)`), bf16: a DSpark tap.
+    pub fn stream_mean(s: &Streams, hc: usize, dim: usize) -> Vec<tf_core::bf16> {
+        let rows = s.pre.len();
+        (0..rows * dim)
+            .map(|k| {
+                let (r, c) = (k / dim, k % dim);
+                tf_core::formats::to_bf16(
+                    (0..hc).map(|i| s.x[(r * hc + i) * dim + c].to_f32()).sum::<f32>() / hc as f32,
+                )
+            })
+            .collect()
+    }
+}

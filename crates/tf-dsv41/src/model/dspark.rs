@@ -1,0 +1,122 @@
+//! DSpark drafts (dsv41 §11): taps → main projection → ring seeds; draft blocks, Markov head and confidences.
+
+use super::{Block, BlockCall, Model, Streams};
+use crate::attn::Shared;
+use crate::config::RopeKind;
+use crate::linear::{Dense, load_bf16_vec, rms_norm_rows};
+use crate::mhc::hc_pre;
+use crate::state::SeqState;
+use tf_core::ops::qgemm::Fp8Weight;
+use tf_core::{Checkpoint, Error, Result, bf16};
+
+/// The DSpark pieces outside the draft blocks: stage 0's main projection, the last stage's heads.
+#[derive(Debug)]
+pub struct DSparkHeads {
+    pub stages: Vec<Block>,
+    pub main_proj: Fp8Weight,
+    pub main_norm: Vec<bf16>,
+    pub norm: Vec<bf16>,
+    pub markov_embed: Vec<bf16>,
+    pub markov_head: Dense,
+    pub confidence: Dense,
+    pub rank: usize,
+}
+
+/// Five draft tokens for the positions after the next one, with a confidence logit each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Drafts {
+    pub tokens: Vec<u32>,
+    pub confidence: Vec<f32>,
+}
+
+impl DSparkHeads {
+    pub fn load(ck: &Checkpoint, cfg: &crate::Config, stages: Vec<Block>) -> Result<DSparkHeads> {
+        let last = format!("mtp.{}.", cfg.n_mtp_layers - 1);
+        let (dim, rank, vocab) = (cfg.dim, cfg.dspark_markov_rank, cfg.vocab_size);
+        let main_proj = Fp8Weight::load(ck, "mtp.0.main_proj")?;
+        if (main_proj.out_features(), main_proj.in_features()) != (dim, dim * cfg.dspark_target_layer_ids.len()) {
+            return Err(Error::Invalid("tensor `mtp.0.main_proj.weight`: shape disagrees with dim × taps".into()));
+        }
+        let embed = Dense::load(ck, &format!("{last}markov_head.embed.weight"), vocab, rank)?;
+        Ok(DSparkHeads {
+            stages,
+            main_proj,
+            main_norm: load_bf16_vec(ck, "mtp.0.main_norm.weight", dim)?,
+            norm: load_bf16_vec(ck, &format!("{last}norm.weight"), dim)?,
+            markov_embed: embed.w.iter().map(|&v| tf_core::formats::to_bf16(v)).collect(),
+            markov_head: Dense::load(ck, &format!("{last}markov_head.head.weight"), vocab, rank)?,
+            confidence: Dense::load(ck, &format!("{last}confidence_head.proj.weight"), 1, dim + rank)?,
+            rank,
+        })
+    }
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+impl Model {
+    /// Seeds every stage's ring with the projected main rows at positions `pos0..pos0+rows` (only the newest `W` stay).
+    pub(crate) fn seed_draft_rings(&self, st: &mut SeqState, pos0: usize, taps: &[Vec<bf16>], rows: usize) {
+        let Some(ds) = &self.dspark else { return };
+        if taps.is_empty() {
+            return;
+        }
+        let (dim, w) = (self.cfg.dim, self.cfg.window_size);
+        let first = rows.saturating_sub(w);
+        let hidden: Vec<bf16> = (first..rows)
+            .flat_map(|r| taps.iter().flat_map(move |t| t[r * dim..(r + 1) * dim].iter().copied()))
+            .collect();
+        let n = rows - first;
+        let main_x = rms_norm_rows(&ds.main_proj.forward(&hidden, n), &ds.main_norm, self.cfg.norm_eps);
+        let rope = self.rope(RopeKind::Plain);
+        for stage in &ds.stages {
+            let kv = stage.attn.window_kv(&main_x, pos0 + first, rope, self.cfg.norm_eps);
+            for (r, row) in kv.chunks_exact(self.cfg.head_dim).enumerate() {
+                st.windows[stage.role.layer].put(pos0 + first + r, row.to_vec());
+            }
+        }
+    }
+
+    /// Drafts after the newest processed row, given the token sampled for the next position (greedy drafts).
+    pub fn draft(&self, st: &mut SeqState, next: u32) -> Result<Drafts> {
+        let ds = self.dspark.as_ref().ok_or_else(|| Error::Invalid("this checkpoint has no DSpark stages".into()))?;
+        if st.pos == 0 {
+            return Err(Error::Invalid("draft needs a processed prompt".into()));
+        }
+        let block = self.cfg.dspark_block_size;
+        let mut ids = vec![self.cfg.dspark_noise_token_id; block];
+        ids[0] = next;
+        let mut s: Streams = self.embed_rows(&ids)?;
+        let mut shared = Shared::default();
+        for stage in &ds.stages {
+            let call = BlockCall {
+                cfg: &self.cfg,
+                rope: self.rope(RopeKind::Plain),
+                pos0: st.pos,
+                run_compressor: false,
+                quirks: self.opts.quirks,
+                engram_ids: None,
+            };
+            stage.forward(&mut s, &call, st, &mut shared);
+        }
+        let (hc, dim) = (self.cfg.hc_mult, self.cfg.dim);
+        let y: Vec<bf16> =
+            (0..block).flat_map(|r| hc_pre(&s.x[r * hc * dim..(r + 1) * hc * dim], &s.pre[r], dim)).collect();
+        let normed: Vec<f32> = rms_norm_rows(&y, &ds.norm, self.cfg.norm_eps).iter().map(|v| v.to_f32()).collect();
+        let logits = self.head.forward_f32(&normed, block);
+        let vocab = self.cfg.vocab_size;
+        let mut out = vec![next];
+        let mut confidence = Vec::with_capacity(block);
+        for i in 0..block {
+            let e = &ds.markov_embed[out[i] as usize * ds.rank..(out[i] as usize + 1) * ds.rank];
+            let ef: Vec<f32> = e.iter().map(|v| v.to_f32()).collect();
+            let bias = ds.markov_head.forward_f32(&ef, 1);
+            let row: Vec<f32> = logits[i * vocab..(i + 1) * vocab].iter().zip(&bias).map(|(a, b)| a + b).collect();
+            out.push(argmax(&row));
+            let cat: Vec<f32> = y[i * dim..(i + 1) * dim].iter().map(|v| v.to_f32()).chain(ef).collect();
+            confidence.push(ds.confidence.forward_f32(&cat, 1)[0]);
+        }
+        Ok(Drafts { tokens: out[1..].to_vec(), confidence })
+    }
+}

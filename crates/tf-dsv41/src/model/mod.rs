@@ -1,0 +1,141 @@
+//! The whole dsv41 model on the CPU: weights by reference names, options, and the forward entry points.
+
+mod block;
+mod dspark;
+mod forward;
+
+pub use block::{Block, BlockCall, Streams};
+pub use dspark::{DSparkHeads, Drafts};
+
+use crate::attn::Quirks;
+use crate::config::{Config, RopeKind, roles};
+use crate::linear::{Dense, load_bf16_vec};
+use crate::rope::Rope;
+use crate::state::SeqState;
+use std::path::Path;
+use std::sync::Arc;
+use tf_core::ops::qgemm::{expect_dtype, expect_shape};
+use tf_core::{Checkpoint, DType, Error, Result, Tensor};
+use tf_engram::{EngramConfig, NgramHasher, TokenMap};
+
+/// Switches of the forward; the defaults are how the model is served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// CED bounded replay (§7): decoder layers see only the last `window_size` prompt rows.
+    pub replay: bool,
+    pub quirks: Quirks,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { replay: true, quirks: Quirks::default() }
+    }
+}
+
+/// A loaded model: every backbone block, embedding, final norm, head and the Engram hasher.
+pub struct Model {
+    pub cfg: Config,
+    pub blocks: Vec<Block>,
+    pub embed: Tensor,
+    pub norm: Vec<tf_core::bf16>,
+    pub head: Dense,
+    pub ropes: [Rope; 2],
+    pub hasher: Option<NgramHasher>,
+    pub dspark: Option<DSparkHeads>,
+    pub opts: Options,
+}
+
+/// The file a checkpoint may carry with its own compressed token map (LE u32 per token id).
+pub const TOKEN_MAP_FILE: &str = "engram_token_map.u32";
+
+fn token_map(dir: &Path, cfg: &Config) -> Result<TokenMap> {
+    let local = dir.join(TOKEN_MAP_FILE);
+    let map = if local.is_file() {
+        TokenMap::open(&local)
+    } else if cfg.vocab_size == tf_engram::DEEPSEEK_V4_VOCAB {
+        TokenMap::deepseek_v4()
+    } else {
+        return Err(Error::Invalid(format!(
+            "{}: missing, and vocab {} is not DeepSeek-V4's",
+            local.display(),
+            cfg.vocab_size
+        )));
+    };
+    map.map_err(|e| Error::Invalid(format!("engram token map: {e}")))
+}
+
+impl Model {
+    /// Loads config, weights and tokenizer-derived tables from a checkpoint directory.
+    pub fn load(dir: &Path, opts: Options) -> Result<Model> {
+        let cfg = Config::load(dir).map_err(|e| Error::Invalid(format!("{}: {e}", dir.display())))?;
+        let ck = Checkpoint::open(dir)?;
+        Model::from_checkpoint(&ck, cfg, dir, opts)
+    }
+
+    pub fn from_checkpoint(ck: &Checkpoint, cfg: Config, dir: &Path, opts: Options) -> Result<Model> {
+        let split = cfg.n_layers / 2;
+        if opts.replay && cfg.kv_source_layers.iter().any(|&s| s > split) {
+            return Err(Error::Invalid(
+                "bounded replay needs layer n_layers/2 to be the decoder's only KV source; load with replay off".into(),
+            ));
+        }
+        if opts.replay && cfg.dspark_target_layer_ids.iter().any(|&l| l < split) {
+            return Err(Error::Invalid("bounded replay needs DSpark taps in the decoder; load with replay off".into()));
+        }
+        let hasher = if cfg.engram_layer_ids.is_empty() {
+            None
+        } else {
+            let ec = EngramConfig {
+                layer_ids: cfg.engram_layer_ids.clone(),
+                num_embeddings: cfg.engram_num_embeddings.clone(),
+                max_ngram_size: cfg.engram_max_ngram_size,
+                vocab_size: cfg.engram_vocab_size,
+                n_heads: cfg.engram_n_heads,
+                pad_id: cfg.engram_pad_id,
+                compressed_vocab_size: cfg.engram_compressed_vocab_size as u32,
+            };
+            Some(
+                NgramHasher::new(&ec, Arc::new(token_map(dir, &cfg)?))
+                    .map_err(|e| Error::Invalid(format!("engram: {e}")))?,
+            )
+        };
+        let cols = hasher.as_ref().map_or(0, |h| h.layout().cols());
+        let all = roles(&cfg);
+        let blocks = all[..cfg.n_layers].iter().map(|r| Block::load(ck, &cfg, r, cols)).collect::<Result<Vec<_>>>()?;
+        let dspark = if cfg.n_mtp_layers > 0 && cfg.dspark_block_size > 0 {
+            let stages =
+                all[cfg.n_layers..].iter().map(|r| Block::load(ck, &cfg, r, cols)).collect::<Result<Vec<_>>>()?;
+            Some(DSparkHeads::load(ck, &cfg, stages)?)
+        } else {
+            None
+        };
+        let embed = ck.get("embed.weight")?;
+        expect_dtype("embed.weight", &embed, &[DType::BF16])?;
+        expect_shape("embed.weight", &embed, &[cfg.vocab_size, cfg.dim])?;
+        Ok(Model {
+            norm: load_bf16_vec(ck, "norm.weight", cfg.dim)?,
+            head: Dense::load(ck, "head.weight", cfg.vocab_size, cfg.dim)?,
+            ropes: [Rope::new(&cfg, RopeKind::Plain), Rope::new(&cfg, RopeKind::Yarn)],
+            blocks,
+            embed,
+            hasher,
+            dspark,
+            opts,
+            cfg,
+        })
+    }
+
+    /// A fresh sequence.
+    pub fn new_state(&self) -> SeqState {
+        let mut st = SeqState::new(self.cfg.total_layers(), self.cfg.window_size, &self.cfg.kv_source_layers);
+        st.engram = self.hasher.as_ref().map(NgramHasher::history);
+        st
+    }
+
+    pub(crate) fn rope(&self, kind: RopeKind) -> &Rope {
+        match kind {
+            RopeKind::Plain => &self.ropes[0],
+            RopeKind::Yarn => &self.ropes[1],
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! MoE (dsv41 §9): sqrt-softplus router with selection-only bias, FP4 routed experts, FP8 shared expert.
+
+use crate::linear::{Dense, load_vec};
+use tf_core::formats::to_bf16;
+use tf_core::ops::qgemm::Fp8Weight;
+use tf_core::{Checkpoint, Result, bf16};
+use tf_exl3::Fp4Weight;
+
+/// A SwiGLU expert's three projections (FP4 routed, FP8 shared).
+#[derive(Clone, Debug)]
+pub struct Expert<W> {
+    pub w1: W,
+    pub w2: W,
+    pub w3: W,
+}
+
+/// One layer's MoE.
+#[derive(Clone, Debug)]
+pub struct Moe {
+    pub gate: Dense,
+    pub bias: Vec<f32>,
+    pub bias_vl: Option<Vec<f32>>,
+    pub experts: Vec<Expert<Fp4Weight>>,
+    pub shared: Expert<Fp8Weight>,
+    pub topk: usize,
+    pub route_scale: f32,
+    pub norm_topk: bool,
+    pub limit: f32,
+}
+
+/// Shape of a MoE for loading.
+pub struct MoeShape {
+    pub dim: usize,
+    pub inter: usize,
+    pub experts: usize,
+    pub topk: usize,
+}
+
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 { x } else { x.exp().ln_1p() }
+}
+
+impl Moe {
+    pub fn load(
+        ck: &Checkpoint,
+        prefix: &str,
+        s: &MoeShape,
+        route_scale: f32,
+        norm_topk: bool,
+        limit: f32,
+    ) -> Result<Moe> {
+        let f = format!("{prefix}ffn.");
+        let mut experts = Vec::with_capacity(s.experts);
+        for e in 0..s.experts {
+            let p = format!("{f}experts.{e}.");
+            let load = |w: &str| Fp4Weight::load(ck, &format!("{p}{w}"));
+            experts.push(Expert { w1: load("w1")?, w2: load("w2")?, w3: load("w3")? });
+        }
+        let sh = |w: &str| Fp8Weight::load(ck, &format!("{f}shared_experts.{w}"));
+        let vl = format!("{f}gate.bias_vl");
+        Ok(Moe {
+            gate: Dense::load(ck, &format!("{f}gate.weight"), s.experts, s.dim)?,
+            bias: load_vec(ck, &format!("{f}gate.bias"), s.experts)?,
+            bias_vl: if ck.contains(&vl) { Some(load_vec(ck, &vl, s.experts)?) } else { None },
+            experts,
+            shared: Expert { w1: sh("w1")?, w2: sh("w2")?, w3: sh("w3")? },
+            topk: s.topk,
+            route_scale,
+            norm_topk,
+            limit,
+        })
+    }
+
+    /// MoE of `rows` normed rows: routed experts summed in expert order, then the shared expert, in f32; bf16 out.
+    pub fn forward(&self, x: &[bf16], rows: usize) -> Vec<bf16> {
+        let dim = self.gate.inp;
+        let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+        let logits = self.gate.forward_f32(&xf, rows);
+        let routes: Vec<Vec<(usize, f32)>> = logits
+            .chunks_exact(self.gate.out)
+            .map(|l| route(l, &self.bias, self.topk, self.norm_topk, self.route_scale))
+            .collect();
+        let mut y = vec![0.0f32; rows * dim];
+        for (e, ex) in self.experts.iter().enumerate() {
+            let picked: Vec<(usize, f32)> = routes
+                .iter()
+                .enumerate()
+                .filter_map(|(r, rt)| rt.iter().find(|(ei, _)| *ei == e).map(|(_, w)| (r, *w)))
+                .collect();
+            if picked.is_empty() {
+                continue;
+            }
+            let xin: Vec<bf16> = picked.iter().flat_map(|(r, _)| x[r * dim..(r + 1) * dim].iter().copied()).collect();
+            let ws: Vec<f32> = picked.iter().map(|(_, w)| *w).collect();
+            let out = swiglu(&ex.w1.forward(&xin, ws.len()), &ex.w3.forward(&xin, ws.len()), Some(&ws), self.limit);
+            let down = ex.w2.forward(&out, ws.len());
+            for (i, (r, _)) in picked.iter().enumerate() {
+                y[r * dim..(r + 1) * dim]
+                    .iter_mut()
+                    .zip(&down[i * dim..(i + 1) * dim])
+                    .for_each(|(a, b)| *a += b.to_f32());
+            }
+        }
+        let s = &self.shared;
+        let down = s.w2.forward(&swiglu(&s.w1.forward(x, rows), &s.w3.forward(x, rows), None, self.limit), rows);
+        y.iter().zip(&down).map(|(a, b)| to_bf16(a + b.to_f32())).collect()
+    }
+}
+
+/// Routing of one row (pitfall 13): the bias picks experts, weights come from unbiased sqrt-softplus scores.
+pub fn route(logits: &[f32], bias: &[f32], topk: usize, norm_topk: bool, route_scale: f32) -> Vec<(usize, f32)> {
+    let scores: Vec<f32> = logits.iter().map(|&l| softplus(l).sqrt()).collect();
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    let biased = |e: usize| scores[e] + bias[e];
+    order.sort_by(|&a, &b| biased(b).total_cmp(&biased(a)).then(a.cmp(&b)));
+    order.truncate(topk);
+    let mut w: Vec<f32> = order.iter().map(|&e| scores[e]).collect();
+    if norm_topk && topk > 1 {
+        let s = w.iter().sum::<f32>() + 1e-20;
+        w.iter_mut().for_each(|v| *v /= s);
+    }
+    w.iter_mut().for_each(|v| *v *= route_scale);
+    order.into_iter().zip(w).collect()
+}
+
+/// `silu(min(g, L)) · clamp(u, ±L)`, times the routing weight before the down projection, rounded to bf16.
+pub fn swiglu(g: &[bf16], u: &[bf16], weights: Option<&[f32]>, limit: f32) -> Vec<bf16> {
+    let inter = g.len() / weights.map_or(1, <[f32]>::len).max(1);
+    g.iter()
+        .zip(u)
+        .enumerate()
+        .map(|(i, (g, u))| {
+            let (mut g, mut u) = (g.to_f32(), u.to_f32());
+            if limit > 0.0 {
+                u = u.clamp(-limit, limit);
+                g = g.min(limit);
+            }
+            let mut h = g / (1.0 + (-g).exp()) * u;
+            if let Some(w) = weights {
+                h *= w[i / inter];
+            }
+            to_bf16(h)
+        })
+        .collect()
+}

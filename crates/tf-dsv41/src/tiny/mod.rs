@@ -1,0 +1,14 @@
+//! Deterministic synthetic dsv41 checkpoints in the official format (`cargo xtask make-tiny`), and their inventory.
+
+mod configs;
+mod init;
+pub mod inventory;
+pub mod quant;
+pub mod rng;
+pub mod tokenizer;
+mod write;
+
+pub use configs::{TinyKind, engram_rows, small_config, tiny_config};
+pub use init::{EMBED_STD, stats};
+pub use inventory::{Audit, Param, Store, TensorSpec, audit, expected_tensors, params};
+pub use write::{TinyError, Written, deepseek_v4_assets, write_checkpoint};
