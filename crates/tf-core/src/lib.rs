@@ -1,4 +1,4 @@
-//! TensorFold-rs core: exact number formats, host tensors, safetensors loading and CPU reference ops.
+#![doc = include_str!("../README.md")]
 
 pub mod dtype;
 pub mod error;

@@ -1,4 +1,4 @@
-//! TensorFold-rs CUDA backend. This first piece names GPU targets and keys the on-disk kernel cache.
+#![doc = include_str!("../README.md")]
 
 pub mod arch;
 pub mod cache;

@@ -1,4 +1,4 @@
-//! The DeepSeek-V4.1-Flash family: config, layer roles, weights and the CPU reference forward.
+#![doc = include_str!("../README.md")]
 
 pub mod attn;
 pub mod config;

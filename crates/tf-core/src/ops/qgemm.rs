@@ -70,7 +70,7 @@ impl QuantActs {
     }
 }
 
-/// The block-scaled GEMM before bf16 rounding: `[rows × out]` f32, row-major.
+/// The block-scaled GEMM before bf16 rounding, `[rows × out]` f32; each element is summed alone, in a fixed order.
 pub fn qgemm_f32<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs) -> Vec<f32> {
     qgemm_with(w, x, simd_available())
 }
@@ -116,7 +116,7 @@ fn qgemm_with<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs, simd: bool) -
 fn column_task<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs, n0: usize, chunk: &mut [f32], simd: bool) {
     #[cfg(target_arch = "x86_64")]
     if simd {
-        // SAFETY: avx2 was detected at run time; the body is the same code and never fuses, so the bits agree.
+        // SAFETY: avx2 was detected at run time; that path does the same adds in the same order, so the bits agree.
         unsafe { column_task_avx2(w, x, n0, chunk) };
         return;
     }
@@ -273,7 +273,7 @@ pub struct Fp8Weight {
 }
 
 impl Fp8Weight {
-    /// Checks `{name}.weight` (F8_E4M3 `[out, in]`) and `{name}.scale` (F8_E8M0 `[⌈out/32⌉, ⌈in/32⌉]`).
+    /// Checks `{name}.weight` (F8_E4M3 `[out, in]`, in a multiple of 32) and `{name}.scale` (F8_E8M0 `[⌈out/32⌉, in/32]`).
     pub fn from_tensors(name: &str, weight: &Tensor, scale: &Tensor) -> Result<Fp8Weight> {
         let (wname, sname) = (format!("{name}.weight"), format!("{name}.scale"));
         expect_dtype(&wname, weight, &[DType::F8E4M3])?;
@@ -313,6 +313,7 @@ impl Fp8Weight {
 
     /// Row `n` dequantized, `code × scale` in f32.
     pub fn dequant_row(&self, n: usize, out: &mut [f32]) {
+        assert_eq!(out.len(), self.inp, "fp8 dequant_row: output must hold in_features values");
         let mut scales = vec![0.0f32; self.inp / QBLOCK];
         self.decode_row(n, out, &mut scales);
         for (block, s) in out.chunks_exact_mut(QBLOCK).zip(scales) {
