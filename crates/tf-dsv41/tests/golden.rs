@@ -9,9 +9,14 @@ use tf_dsv41::{Model, Options};
 
 /// Row statistics of ours against the reference.
 struct RowCmp {
+    prompt: usize,
+    row: usize,
     max_abs: f32,
     ours: u32,
     theirs: u32,
+    ours5: Vec<u32>,
+    theirs5: Vec<u32>,
+    reference: Vec<f32>,
 }
 
 fn fixture(name: &str) -> (Value, Vec<f32>) {
@@ -34,7 +39,7 @@ fn top5(v: &[f32]) -> Vec<u32> {
 }
 
 /// Runs every prompt of a fixture, feeding the reference's greedy tokens, and compares each row.
-fn compare(name: &str, quirks: Quirks, dir: &Path) -> Vec<(usize, usize, RowCmp, Vec<u32>, Vec<u32>, Vec<f32>)> {
+fn compare(name: &str, quirks: Quirks, dir: &Path) -> Vec<RowCmp> {
     let (json, logits) = fixture(name);
     let vocab = json["logits"]["shape"][1].as_u64().unwrap() as usize;
     let model = Model::load(dir, Options { replay: false, quirks }).unwrap();
@@ -52,8 +57,17 @@ fn compare(name: &str, quirks: Quirks, dir: &Path) -> Vec<(usize, usize, RowCmp,
         for (i, row) in ours.into_iter().enumerate() {
             let theirs = &logits[(off + i) * vocab..(off + i + 1) * vocab];
             let max_abs = row.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-            let cmp = RowCmp { max_abs, ours: argmax(&row), theirs: argmax(theirs) };
-            out.push((pi, i, cmp, top5(&row), top5(theirs), theirs.to_vec()));
+            let (ours, theirs_max, ours5, theirs5) = (argmax(&row), argmax(theirs), top5(&row), top5(theirs));
+            out.push(RowCmp {
+                prompt: pi,
+                row: i,
+                max_abs,
+                ours,
+                theirs: theirs_max,
+                ours5,
+                theirs5,
+                reference: theirs.to_vec(),
+            });
         }
     }
     out
@@ -76,20 +90,23 @@ fn run_variant(name: &str, stale: bool) -> Vec<Diverged> {
     write_checkpoint(TinyKind::Tiny, 0, d.path()).unwrap();
     check_checkpoint(&fixture(name).0, d.path());
     let rows = compare(name, Quirks { stale_index_keys: stale }, d.path());
-    let mut sorted: Vec<f32> = rows.iter().map(|r| r.2.max_abs).collect();
+    let mut sorted: Vec<f32> = rows.iter().map(|r| r.max_abs).collect();
     sorted.sort_by(f32::total_cmp);
     let (median, p90, worst) = (sorted[sorted.len() / 2], sorted[sorted.len() * 9 / 10], sorted[sorted.len() - 1]);
     eprintln!("{name}: {} rows, max|Δ| median {median} p90 {p90} worst {worst}", rows.len());
     assert!(worst <= TOL && median <= 0.5 && p90 <= 1.0, "{name}: median {median} p90 {p90} worst {worst}");
     let mut diverged = Vec::new();
-    for (p, i, c, ours5, theirs5, theirs) in &rows {
-        if c.ours == c.theirs {
-            continue;
-        }
-        let gap = theirs[c.theirs as usize] - theirs[c.ours as usize];
-        assert!(gap <= TOL / 2.0, "{name} prompt {p} row {i}: ours {} is {gap} below the reference's best", c.ours);
-        let top5 = ours5.contains(&c.theirs) && theirs5.contains(&c.ours);
-        diverged.push((*p, *i, c.ours, c.theirs, top5));
+    for c in rows.iter().filter(|c| c.ours != c.theirs) {
+        let gap = c.reference[c.theirs as usize] - c.reference[c.ours as usize];
+        assert!(
+            gap <= TOL / 2.0,
+            "{name} prompt {} row {}: ours {} is {gap} below the reference's best",
+            c.prompt,
+            c.row,
+            c.ours
+        );
+        let top5 = c.ours5.contains(&c.theirs) && c.theirs5.contains(&c.ours);
+        diverged.push((c.prompt, c.row, c.ours, c.theirs, top5));
     }
     eprintln!("{name} diverged: {diverged:?}");
     diverged
