@@ -8,8 +8,8 @@ use tf_core::formats::{Fp4Scale, qdq_fp4, round_bf16};
 /// What one forward's index sources hand to later layers, one entry per row of the forward.
 #[derive(Clone, Debug, Default)]
 pub struct Shared {
-    /// Selected compressed group indices per row, ascending.
-    pub topk: Vec<Vec<usize>>,
+    /// Selected compressed group indices per row, ascending, keyed by the index source that chose them.
+    pub topk: std::collections::BTreeMap<usize, Vec<Vec<usize>>>,
     /// Candidate mask over compressed positions per row, from the candidate source.
     pub candidates: Vec<Vec<bool>>,
 }

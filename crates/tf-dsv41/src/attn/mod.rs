@@ -118,7 +118,8 @@ impl AttnWeights {
             emitted = self.compress_rows(x, call.pos0, cache, call.rope, call.eps);
         }
         if !role.is_index_source {
-            return Some(shared.topk.clone());
+            let owner = role.sel_owner.expect("compressed layers have a selection owner");
+            return Some(shared.topk.get(&owner).expect("the selection owner runs earlier in the same forward").clone());
         }
         let mut key_owner = role.kv_owner.expect("compressed layers have a KV owner");
         if role.is_kv_source && (emitted > 0 || !call.run_compressor) {
@@ -129,7 +130,7 @@ impl AttnWeights {
         let keys = &st.compressed[key_owner].as_ref().expect("key owner has a cache").index_k;
         let inp = IndexInput { keys, pos0: call.pos0, ratio: self.ratio };
         let sel = self.select(x, qr, &inp, call.rope, shared);
-        shared.topk = sel.clone();
+        shared.topk.insert(role.layer, sel.clone());
         Some(sel)
     }
 
