@@ -267,75 +267,71 @@ def run_prompt(v41, ckpt: Path, prompt: list[int], steps: int, max_seq_len: int)
     return torch.stack(rows), tokens, step_meta, notes, args
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ckpt", type=Path, required=True, help="official-format checkpoint directory")
-    ap.add_argument("--out", type=Path, required=True, help="output stem: writes STEM.json and STEM.f32")
-    ap.add_argument("--prompts", type=Path, help="JSON list of token-id lists (default: the standard set)")
-    ap.add_argument("--lengths", default="5,17,40,77,120", help="standard prompt lengths")
-    ap.add_argument("--steps", type=int, default=40, help="greedy decode steps after the prefill")
-    ap.add_argument("--index-keys", choices=("reference", "owner"), default="reference",
-                    help="reference: upstream index-key quirk; owner: owner's keys on incomplete groups")
-    ap.add_argument("--exact-sums", action="store_true",
-                    help="diagnostic: float64-accumulated fp32 sums (not upstream numerics; see README)")
-    ap.add_argument("--ref", type=Path, default=HERE / "ref" / "deepseek_v41", help="vendored reference package")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 = reproducible sums)")
-    ap.add_argument("--make-tiny-cmd", default="", help="command that regenerated --ckpt (recorded)")
-    ap.add_argument("--seed", type=int, help="make-tiny seed of --ckpt (recorded)")
-    a = ap.parse_args()
+def run_prompt_dspark(v41, ckpt: Path, prompt: list[int], steps: int, max_seq_len: int, forced: list[int] | None):
+    """Fresh model; prefill (seeds the DSpark rings), then `steps` decodes (greedy or `forced`), each + forward_spec."""
+    model, args, notes = build(v41, ckpt, max_seq_len)
+    TIES.reset()
+    main_rows, tokens, records, draft_rows = [], [], [], []
+    with v41.set_dtype(torch.bfloat16), torch.inference_mode():
+        _, logits, main_hidden = model(torch.tensor([prompt]), 0)
+        for i in range(steps + 1):
+            row = logits[0].float()
+            main_rows.append(row.clone())
+            tokens.append(forced[i] if forced else summarize(row)["argmax"])
+            start_pos = 0 if i == 0 else len(prompt) + i - 1
+            result = model.forward_spec(torch.tensor([tokens[i]]), main_hidden, start_pos)
+            if i > 0:
+                if result is None:
+                    sys.exit(f"forward_spec returned nothing at start_pos {start_pos}")
+                out_ids, d_logits, conf = result
+                d_logits = d_logits[0].float()
+                if not torch.isfinite(d_logits).all() or not torch.isfinite(conf).all():
+                    sys.exit(f"non-finite draft logits or confidence at step {i}")
+                if int(out_ids[0, 0]) != tokens[i]:
+                    sys.exit(f"forward_spec output_ids[0] {int(out_ids[0, 0])} is not the fed token {tokens[i]}")
+                rows = [summarize(r) for r in d_logits]
+                drafts = out_ids[0, 1:].tolist()
+                if drafts != [r["argmax"] for r in rows]:
+                    print(f"note: step {i}: torch argmax {drafts} differs from the stable argmax", file=sys.stderr)
+                draft_rows.extend(r.clone() for r in d_logits)
+                records.append({
+                    "step": i,
+                    "start_pos": start_pos,
+                    "next": tokens[i],
+                    "drafts": drafts,
+                    "confidence": conf[0].float().tolist(),
+                    "rows": [{k: r[k] for k in ("argmax", "margin", "top8")} for r in rows],
+                })
+            if i < steps:
+                _, logits, main_hidden = model(torch.tensor([[tokens[i]]]), len(prompt) + i)
+    return torch.stack(main_rows), tokens, records, torch.stack(draft_rows), notes, args
 
-    torch.set_num_threads(a.threads)
-    v41, engram, kernel_cpu = import_reference(a.ref)
-    ckpt = a.ckpt.resolve()
-    token_map = np.fromfile(ckpt / "engram_token_map.u32", dtype="<u4").tolist()
-    n_classes = patch_token_map(engram, token_map)
-    patch_indexer(v41, a.index_keys)
-    if a.exact_sums:
-        patch_exact_sums(v41, kernel_cpu)
 
-    cfg = json.loads((ckpt / "inference" / "config.json").read_text())
-    vocab = cfg["vocab_size"]
-    if len(token_map) != vocab:
-        sys.exit(f"engram_token_map.u32 has {len(token_map)} ids, vocab is {vocab}")
-    if a.prompts:
-        prompts = json.loads(a.prompts.read_text())
-        prompt_src = str(a.prompts)
-    else:
-        lengths = [int(x) for x in a.lengths.split(",")]
-        prompts = [lcg_prompt(n, seed=1000 + n, lo=4, hi=min(480, vocab)) for n in lengths]
-        prompt_src = "lcg_prompt(n, seed=1000+n, lo=4, hi=480): BOS (0) then 64-bit LCG ids"
-    if any(not 0 <= t < vocab for p in prompts for t in p):
-        sys.exit("a prompt id is outside the vocab")
-    need = max(len(p) for p in prompts) + a.steps + 1
-    max_seq_len = max(64, math.ceil(need / 32) * 32)
+def main_fixture_record(stem: Path, prompt: list[int], steps: int) -> dict:
+    """The main fixture's record of `prompt`, which must have at least steps + 1 greedy tokens."""
+    rec = next((r for r in json.loads(Path(f"{stem}.json").read_text())["prompts"] if r["prompt"] == prompt), None)
+    if rec is None or len(rec["greedy_tokens"]) < steps + 1:
+        sys.exit(f"{stem}.json has no prompt of length {len(prompt)} equal to ours with {steps} steps")
+    return rec
 
-    t0 = time.time()
-    records, blocks = [], []
-    offset, notes, args = 0, [], None
-    for p in prompts:
-        t1 = time.time()
-        logits, tokens, steps, notes, args = run_prompt(v41, ckpt, p, a.steps, max_seq_len)
-        blocks.append(logits.numpy().astype("<f4"))
-        records.append({
-            "prompt": p,
-            "prompt_len": len(p),
-            "greedy_tokens": tokens,
-            "logits_row_offset": offset,
-            "n_rows": len(tokens),
-            "steps": steps,
-            "indexer_topk_calls": TIES.calls,
-            "indexer_rows_with_kth_tie": TIES.rows_with_tie,
-            "seconds": round(time.time() - t1, 2),
-        })
-        offset += len(tokens)
-        print(f"prompt len {len(p):4d}: {time.time() - t1:6.1f}s ties {TIES.rows_with_tie} tokens {tokens[:12]}...",
-              file=sys.stderr)
 
-    json_path, bin_path = Path(f"{a.out}.json"), Path(f"{a.out}.f32")
-    bin_path.parent.mkdir(parents=True, exist_ok=True)
-    np.concatenate(blocks).tofile(bin_path)
+def check_main_fixture(stem: Path, prompt: list[int], tokens: list[int], main_rows: torch.Tensor):
+    """Asserts the main rows equal the committed fixture's rows for the same prompt bit for bit."""
+    doc = json.loads(Path(f"{stem}.json").read_text())
+    vocab = doc["logits"]["shape"][1]
+    rec = main_fixture_record(stem, prompt, len(tokens) - 1)
+    n = len(tokens)
+    if rec["greedy_tokens"][:n] != tokens:
+        sys.exit(f"greedy tokens differ from {stem}.json for prompt length {len(prompt)}")
+    ref = np.fromfile(f"{stem}.f32", dtype="<f4").reshape(-1, vocab)[rec["logits_row_offset"]:][:n]
+    if not np.array_equal(ref, main_rows.numpy().astype("<f4")):
+        sys.exit(f"main logits differ from {stem}.f32 for prompt length {len(prompt)}")
+
+
+def header(a, ckpt: Path, n_classes: int, notes: list) -> dict:
+    """The keys every fixture starts with: format, reference files and patches, environment, checkpoint."""
     files = sorted(p for p in ckpt.rglob("*") if p.is_file())
-    doc = {
+    return {
         "format_version": FORMAT_VERSION,
         "generator": "tools/golden/run_reference.py",
         "reference": {
@@ -363,6 +359,139 @@ def main():
             "load_notes": notes,
             "engram_compressed_classes": n_classes,
         },
+    }
+
+
+def main_dspark(a, v41, ckpt: Path, prompts: list[list[int]], prompt_src: str, vocab: int, max_seq_len: int,
+                n_classes: int):
+    """--dspark: per prompt and decode step, the drafter's input token, drafts, confidences and draft logits."""
+    t0 = time.time()
+    records, blocks, offset, notes, args = [], [], 0, [], None
+    for p in prompts:
+        t1 = time.time()
+        forced = main_fixture_record(a.main_fixture, p, a.steps)["greedy_tokens"] if a.main_fixture else None
+        main_rows, tokens, steps, d_rows, notes, args = run_prompt_dspark(v41, ckpt, p, a.steps, max_seq_len, forced)
+        if a.main_fixture and not a.exact_sums:
+            check_main_fixture(a.main_fixture, p, tokens, main_rows)
+        blocks.append(d_rows.numpy().astype("<f4"))
+        records.append({
+            "prompt": p,
+            "prompt_len": len(p),
+            "greedy_tokens": tokens,
+            "draft_logits_row_offset": offset,
+            "n_draft_rows": d_rows.size(0),
+            "steps": steps,
+            "seconds": round(time.time() - t1, 2),
+        })
+        offset += d_rows.size(0)
+        print(f"prompt len {len(p):4d}: {time.time() - t1:6.1f}s drafts {[s['drafts'] for s in steps[:3]]}...",
+              file=sys.stderr)
+    json_path, bin_path = Path(f"{a.out}.json"), Path(f"{a.out}.f32")
+    bin_path.parent.mkdir(parents=True, exist_ok=True)
+    np.concatenate(blocks).tofile(bin_path)
+    doc = header(a, ckpt, n_classes, notes)
+    doc.update({
+        "kind": "dspark",
+        "model_args": dataclasses.asdict(args),
+        "prompts_source": prompt_src,
+        "decode_steps": a.steps,
+        "main_fixture_checked": str(a.main_fixture) if a.main_fixture else None,
+        "draft_logits": {
+            "file": bin_path.name,
+            "dtype": "f32-le",
+            "shape": [offset, vocab],
+            "sha256": sha256(bin_path),
+        },
+        "draft_rule": "step i >= 1: decode of greedy_tokens[i-1] at start_pos = prompt_len+i-1, then "
+                      "forward_spec([greedy_tokens[i]], main_hidden, start_pos); the prefill's forward_spec at "
+                      "start_pos 0 only seeds the rings; temperature 0: drafts are torch argmax of each row",
+        "prompts": records,
+        "seconds": round(time.time() - t0, 2),
+    })
+    json_path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {json_path} and {bin_path} ({offset} rows x {vocab}) in {doc['seconds']}s", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ckpt", type=Path, required=True, help="official-format checkpoint directory")
+    ap.add_argument("--out", type=Path, required=True, help="output stem: writes STEM.json and STEM.f32")
+    ap.add_argument("--prompts", type=Path, help="JSON list of token-id lists (default: the standard set)")
+    ap.add_argument("--lengths", help="standard prompt lengths (default 5,17,40,77,120; with --dspark 40,77)")
+    ap.add_argument("--steps", type=int, help="greedy decode steps after the prefill (default 40; with --dspark 16)")
+    ap.add_argument("--dspark", action="store_true",
+                    help="also run forward_spec after every step and write the drafts instead of main logits")
+    ap.add_argument("--main-fixture", type=Path,
+                    help="with --dspark: teacher-force this main fixture's greedy tokens (and, without "
+                         "--exact-sums, require its main rows bit for bit)")
+    ap.add_argument("--index-keys", choices=("reference", "owner"), default="reference",
+                    help="reference: upstream index-key quirk; owner: owner's keys on incomplete groups")
+    ap.add_argument("--exact-sums", action="store_true",
+                    help="diagnostic: float64-accumulated fp32 sums (not upstream numerics; see README)")
+    ap.add_argument("--ref", type=Path, default=HERE / "ref" / "deepseek_v41", help="vendored reference package")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 = reproducible sums)")
+    ap.add_argument("--make-tiny-cmd", default="", help="command that regenerated --ckpt (recorded)")
+    ap.add_argument("--seed", type=int, help="make-tiny seed of --ckpt (recorded)")
+    a = ap.parse_args()
+
+    if a.lengths is None:
+        a.lengths = "40,77" if a.dspark else "5,17,40,77,120"
+    if a.steps is None:
+        a.steps = 16 if a.dspark else 40
+    torch.set_num_threads(a.threads)
+    v41, engram, kernel_cpu = import_reference(a.ref)
+    ckpt = a.ckpt.resolve()
+    token_map = np.fromfile(ckpt / "engram_token_map.u32", dtype="<u4").tolist()
+    n_classes = patch_token_map(engram, token_map)
+    patch_indexer(v41, a.index_keys)
+    if a.exact_sums:
+        patch_exact_sums(v41, kernel_cpu)
+
+    cfg = json.loads((ckpt / "inference" / "config.json").read_text())
+    vocab = cfg["vocab_size"]
+    if len(token_map) != vocab:
+        sys.exit(f"engram_token_map.u32 has {len(token_map)} ids, vocab is {vocab}")
+    if a.prompts:
+        prompts = json.loads(a.prompts.read_text())
+        prompt_src = str(a.prompts)
+    else:
+        lengths = [int(x) for x in a.lengths.split(",")]
+        prompts = [lcg_prompt(n, seed=1000 + n, lo=4, hi=min(480, vocab)) for n in lengths]
+        prompt_src = "lcg_prompt(n, seed=1000+n, lo=4, hi=480): BOS (0) then 64-bit LCG ids"
+    if any(not 0 <= t < vocab for p in prompts for t in p):
+        sys.exit("a prompt id is outside the vocab")
+    need = max(len(p) for p in prompts) + a.steps + 1 + (cfg.get("dspark_block_size", 0) if a.dspark else 0)
+    max_seq_len = max(64, math.ceil(need / 32) * 32)
+
+    if a.dspark:
+        return main_dspark(a, v41, ckpt, prompts, prompt_src, vocab, max_seq_len, n_classes)
+    t0 = time.time()
+    records, blocks = [], []
+    offset, notes, args = 0, [], None
+    for p in prompts:
+        t1 = time.time()
+        logits, tokens, steps, notes, args = run_prompt(v41, ckpt, p, a.steps, max_seq_len)
+        blocks.append(logits.numpy().astype("<f4"))
+        records.append({
+            "prompt": p,
+            "prompt_len": len(p),
+            "greedy_tokens": tokens,
+            "logits_row_offset": offset,
+            "n_rows": len(tokens),
+            "steps": steps,
+            "indexer_topk_calls": TIES.calls,
+            "indexer_rows_with_kth_tie": TIES.rows_with_tie,
+            "seconds": round(time.time() - t1, 2),
+        })
+        offset += len(tokens)
+        print(f"prompt len {len(p):4d}: {time.time() - t1:6.1f}s ties {TIES.rows_with_tie} tokens {tokens[:12]}...",
+              file=sys.stderr)
+
+    json_path, bin_path = Path(f"{a.out}.json"), Path(f"{a.out}.f32")
+    bin_path.parent.mkdir(parents=True, exist_ok=True)
+    np.concatenate(blocks).tofile(bin_path)
+    doc = header(a, ckpt, n_classes, notes)
+    doc.update({
         "model_args": {k: v for k, v in dataclasses.asdict(args).items()},
         "prompts_source": prompt_src,
         "decode_steps": a.steps,
@@ -376,7 +505,7 @@ def main():
                        "decode of greedy_tokens[i-1] at start_pos prompt_len+i-1",
         "prompts": records,
         "seconds": round(time.time() - t0, 2),
-    }
+    })
     json_path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {json_path} and {bin_path} ({offset} rows x {vocab}) in {doc['seconds']}s",
           file=sys.stderr)

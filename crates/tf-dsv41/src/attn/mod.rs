@@ -119,7 +119,9 @@ impl AttnWeights {
         }
         if !role.is_index_source {
             let owner = role.sel_owner.expect("compressed layers have a selection owner");
-            return Some(shared.topk.get(&owner).expect("the selection owner runs earlier in the same forward").clone());
+            return Some(
+                shared.topk.get(&owner).expect("the selection owner runs earlier in the same forward").clone(),
+            );
         }
         let mut key_owner = role.kv_owner.expect("compressed layers have a KV owner");
         if role.is_kv_source && (emitted > 0 || !call.run_compressor) {

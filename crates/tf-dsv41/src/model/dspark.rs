@@ -80,6 +80,11 @@ impl Model {
 
     /// Drafts after the newest processed row, given the token sampled for the next position (greedy drafts).
     pub fn draft(&self, st: &mut SeqState, next: u32) -> Result<Drafts> {
+        self.draft_with_logits(st, next).map(|(d, _)| d)
+    }
+
+    /// `draft`, plus each block row's f32 logits after its Markov bias (the rows the greedy drafts are argmaxes of).
+    pub fn draft_with_logits(&self, st: &mut SeqState, next: u32) -> Result<(Drafts, Vec<Vec<f32>>)> {
         let ds = self.dspark.as_ref().ok_or_else(|| Error::Invalid("this checkpoint has no DSpark stages".into()))?;
         if st.pos == 0 {
             return Err(Error::Invalid("draft needs a processed prompt".into()));
@@ -108,6 +113,7 @@ impl Model {
         let vocab = self.cfg.vocab_size;
         let mut out = vec![next];
         let mut confidence = Vec::with_capacity(block);
+        let mut rows = Vec::with_capacity(block);
         for i in 0..block {
             let e = &ds.markov_embed[out[i] as usize * ds.rank..(out[i] as usize + 1) * ds.rank];
             let ef: Vec<f32> = e.iter().map(|v| v.to_f32()).collect();
@@ -116,7 +122,8 @@ impl Model {
             out.push(argmax(&row));
             let cat: Vec<f32> = y[i * dim..(i + 1) * dim].iter().map(|v| v.to_f32()).chain(ef).collect();
             confidence.push(ds.confidence.forward_f32(&cat, 1)[0]);
+            rows.push(row);
         }
-        Ok(Drafts { tokens: out[1..].to_vec(), confidence })
+        Ok((Drafts { tokens: out[1..].to_vec(), confidence }, rows))
     }
 }
