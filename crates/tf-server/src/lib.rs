@@ -1,3 +1,5 @@
 //! TensorFold-rs server crate: the `tf` command line (and, in later work, the OpenAI-compatible server).
 
+pub mod generate;
 pub mod inspect;
+pub mod tokenizer;

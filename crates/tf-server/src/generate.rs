@@ -1,0 +1,213 @@
+//! `tf generate`: greedy decoding of one prompt on the CPU reference model, streamed as text.
+
+use crate::tokenizer::{IncrementalDecoder, Tokenizer};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tf_core::{Error, Result};
+use tf_dsv41::state::SeqState;
+
+/// What greedy generation needs from a model, so the loop can be tested without a checkpoint.
+pub trait Stepper {
+    /// Feeds prompt ids; returns the last row's logits when `last`.
+    fn prefill(&mut self, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>>;
+    /// Feeds one generated id; returns its logits.
+    fn decode(&mut self, token: u32) -> Result<Vec<f32>>;
+}
+
+/// The dsv41 CPU model with one sequence.
+pub struct Dsv41 {
+    pub model: tf_dsv41::Model,
+    pub state: SeqState,
+}
+
+impl Stepper for Dsv41 {
+    fn prefill(&mut self, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>> {
+        self.model.prefill(&mut self.state, tokens, last)
+    }
+
+    fn decode(&mut self, token: u32) -> Result<Vec<f32>> {
+        let mut rows = self.model.decode(&mut self.state, &[token])?;
+        rows.pop().ok_or_else(|| Error::Invalid("decode returned no logits".into()))
+    }
+}
+
+/// The highest logit's id; ties go to the lowest id, and NaN never wins.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Counts and times of one generation.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stats {
+    pub prompt_tokens: usize,
+    pub prompt_secs: f64,
+    /// Sampled ids, the first from the prefill's logits and an ending EOS included.
+    pub generated: usize,
+    /// Decode forwards: one fewer than `generated`, since the prefill yields the first id.
+    pub decode_steps: usize,
+    pub decode_secs: f64,
+}
+
+fn rate(n: usize, secs: f64) -> String {
+    if n == 0 || secs <= 0.0 { "-".into() } else { format!("{:.0}", n as f64 / secs) }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "prompt {} tokens in {:.2} s ({} tok/s), generated {} tokens in {:.2} s ({} tok/s)",
+            self.prompt_tokens,
+            self.prompt_secs,
+            rate(self.prompt_tokens, self.prompt_secs),
+            self.generated,
+            self.decode_secs,
+            rate(self.decode_steps, self.decode_secs)
+        )
+    }
+}
+
+/// Prefills `prompt` in chunks of `chunk` ids, then decodes greedily until `eos` or `max_tokens` ids.
+pub fn greedy(
+    m: &mut impl Stepper,
+    prompt: &[u32],
+    chunk: usize,
+    max_tokens: usize,
+    eos: u32,
+    mut on_token: impl FnMut(u32) -> Result<()>,
+) -> Result<Stats> {
+    if prompt.is_empty() || chunk == 0 {
+        return Err(Error::Invalid("greedy needs a prompt and a chunk of at least one id".into()));
+    }
+    let mut stats = Stats { prompt_tokens: prompt.len(), ..Stats::default() };
+    let start = Instant::now();
+    let mut logits = None;
+    let n_chunks = prompt.len().div_ceil(chunk);
+    for (i, c) in prompt.chunks(chunk).enumerate() {
+        logits = m.prefill(c, i + 1 == n_chunks)?;
+    }
+    let mut logits = logits.ok_or_else(|| Error::Invalid("prefill returned no logits".into()))?;
+    stats.prompt_secs = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    while stats.generated < max_tokens {
+        let id = argmax(&logits);
+        stats.generated += 1;
+        if id == eos {
+            break;
+        }
+        on_token(id)?;
+        if stats.generated == max_tokens {
+            break;
+        }
+        logits = m.decode(id)?;
+        stats.decode_steps += 1;
+    }
+    stats.decode_secs = start.elapsed().as_secs_f64();
+    Ok(stats)
+}
+
+/// The command line of `tf generate`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Args {
+    pub model: PathBuf,
+    pub prompt: String,
+    pub max_tokens: usize,
+    /// Prompt ids per prefill call; `None` feeds the whole prompt at once.
+    pub chunk: Option<usize>,
+    pub replay: bool,
+}
+
+pub const USAGE: &str = "usage: tf generate --model DIR --prompt TEXT [--max-tokens N] [--chunk N] [--no-replay]
+  --model DIR       checkpoint directory with config.json, safetensors shards and tokenizer.json
+  --prompt TEXT     prompt text (BOS is prepended)
+  --max-tokens N    stop after N generated tokens (default 32); EOS stops earlier
+  --chunk N         prefill the prompt N tokens at a time (default: all at once)
+  --no-replay       load with CED bounded replay off";
+
+fn count(flag: &str, v: &str, min: usize) -> std::result::Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(format!("{flag} needs an integer of at least {min}, got `{v}`")),
+    }
+}
+
+/// Parses the flags after `generate`; `Ok(None)` asks for help.
+pub fn parse_args(args: &[String]) -> std::result::Result<Option<Args>, String> {
+    let (mut model, mut prompt, mut max_tokens, mut chunk, mut replay) = (None, None, 32, None, true);
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = || inline.clone().or_else(|| it.next().cloned()).ok_or(format!("{flag} needs a value"));
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "--model" => model = Some(PathBuf::from(value()?)),
+            "--prompt" => prompt = Some(value()?),
+            "--max-tokens" => max_tokens = count(flag, &value()?, 0)?,
+            "--chunk" => chunk = Some(count(flag, &value()?, 1)?),
+            "--no-replay" if inline.is_none() => replay = false,
+            other => return Err(format!("unexpected argument `{other}`")),
+        }
+    }
+    let model = model.ok_or("--model DIR is required")?;
+    let prompt = prompt.ok_or("--prompt TEXT is required")?;
+    Ok(Some(Args { model, prompt, max_tokens, chunk, replay }))
+}
+
+/// A model and its tokenizer, loaded from one checkpoint directory.
+pub struct Loaded {
+    pub model: tf_dsv41::Model,
+    pub tokenizer: Tokenizer,
+}
+
+/// Loads `dir`'s model and `tokenizer.json`, and checks that they agree on the vocabulary.
+pub fn load(dir: &Path, replay: bool) -> Result<Loaded> {
+    if !dir.is_dir() {
+        return Err(Error::Invalid(format!("{}: not a model directory (no such directory)", dir.display())));
+    }
+    let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
+    let opts = tf_dsv41::Options { replay, ..tf_dsv41::Options::default() };
+    let model = tf_dsv41::Model::load(dir, opts)?;
+    if tokenizer.vocab_size() > model.cfg.vocab_size {
+        let (t, m) = (tokenizer.vocab_size(), model.cfg.vocab_size);
+        return Err(Error::Invalid(format!("{}: tokenizer has {t} ids but the model only {m}", dir.display())));
+    }
+    Ok(Loaded { model, tokenizer })
+}
+
+/// The prompt's ids with BOS first: DeepSeek's template adds none, so it is prepended unless already there.
+pub fn prompt_ids(tok: &Tokenizer, text: &str, bos: u32) -> Result<Vec<u32>> {
+    let mut ids = tok.encode(text, true)?;
+    if ids.first() != Some(&bos) {
+        ids.insert(0, bos);
+    }
+    Ok(ids)
+}
+
+/// Runs `tf generate`, writing text to `out` as it is decoded.
+pub fn run(args: &Args, out: &mut impl std::io::Write) -> Result<Stats> {
+    let Loaded { model, tokenizer } = load(&args.model, args.replay)?;
+    let (bos, eos) = (model.cfg.bos_token_id, model.cfg.eos_token_id);
+    let prompt = prompt_ids(&tokenizer, &args.prompt, bos)?;
+    let chunk = args.chunk.unwrap_or(prompt.len());
+    let mut detok = IncrementalDecoder::new(&tokenizer, &prompt, true);
+    let state = model.new_state();
+    let mut m = Dsv41 { model, state };
+    let stdout_err = |e: std::io::Error| Error::Invalid(format!("writing output: {e}"));
+    let stats = greedy(&mut m, &prompt, chunk, args.max_tokens, eos, |id| {
+        let text = detok.push(id)?;
+        out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(stdout_err)
+    })?;
+    let tail = detok.finish()?;
+    writeln!(out, "{tail}").and_then(|()| out.flush()).map_err(stdout_err)?;
+    Ok(stats)
+}
