@@ -31,6 +31,17 @@ pub struct Streams {
     pub pre: Vec<Vec<f32>>,
 }
 
+impl Streams {
+    /// Every row's streams collapsed with its own pre-mix (`hc_pre`), `rows × dim` bf16.
+    pub fn collapse(&self, hc: usize, dim: usize) -> Vec<bf16> {
+        self.pre
+            .iter()
+            .enumerate()
+            .flat_map(|(r, p)| hc_pre(&self.x[r * hc * dim..(r + 1) * hc * dim], p, dim))
+            .collect()
+    }
+}
+
 /// Per-call settings shared by every block.
 pub struct BlockCall<'a> {
     pub cfg: &'a Config,
@@ -67,14 +78,7 @@ impl Block {
 
     /// The normed attention input of every row: `attn_norm(hc_pre(X, pre))`.
     pub fn attn_input(&self, s: &Streams, cfg: &Config) -> Vec<bf16> {
-        let (hc, dim) = (cfg.hc_mult, cfg.dim);
-        let collapsed: Vec<bf16> = s
-            .pre
-            .iter()
-            .enumerate()
-            .flat_map(|(r, p)| hc_pre(&s.x[r * hc * dim..(r + 1) * hc * dim], p, dim))
-            .collect();
-        rms_norm_rows(&collapsed, &self.attn_norm, cfg.norm_eps)
+        rms_norm_rows(&s.collapse(cfg.hc_mult, cfg.dim), &self.attn_norm, cfg.norm_eps)
     }
 
     /// Adds this layer's Engram to the streams; it runs before the block's mixes and before DSpark taps (pitfall 4).

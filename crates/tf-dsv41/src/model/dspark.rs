@@ -4,7 +4,6 @@ use super::{Block, BlockCall, Model, Streams};
 use crate::attn::Shared;
 use crate::config::RopeKind;
 use crate::linear::{Dense, load_bf16_vec, rms_norm_rows};
-use crate::mhc::hc_pre;
 use crate::state::SeqState;
 use tf_core::ops::qgemm::Fp8Weight;
 use tf_core::{Checkpoint, Error, Result, bf16};
@@ -106,8 +105,7 @@ impl Model {
             stage.forward(&mut s, &call, st, &mut shared);
         }
         let (hc, dim) = (self.cfg.hc_mult, self.cfg.dim);
-        let y: Vec<bf16> =
-            (0..block).flat_map(|r| hc_pre(&s.x[r * hc * dim..(r + 1) * hc * dim], &s.pre[r], dim)).collect();
+        let y = s.collapse(hc, dim);
         let normed: Vec<f32> = rms_norm_rows(&y, &ds.norm, self.cfg.norm_eps).iter().map(|v| v.to_f32()).collect();
         let logits = self.head.forward_f32(&normed, block);
         let vocab = self.cfg.vocab_size;

@@ -3,7 +3,6 @@
 use super::{Block, BlockCall, Model, Streams};
 use crate::attn::Shared;
 use crate::linear::rms_norm_rows;
-use crate::mhc::hc_pre;
 use crate::state::{ReplayRows, SeqState};
 use tf_core::{Error, Result, bf16};
 
@@ -75,13 +74,7 @@ impl Model {
 
     /// f32 logits of each row of the final stream state (`head(norm(hc_pre(X, pre)))`).
     pub fn logits(&self, s: &Streams) -> Vec<Vec<f32>> {
-        let (hc, dim) = (self.cfg.hc_mult, self.cfg.dim);
-        let collapsed: Vec<bf16> = s
-            .pre
-            .iter()
-            .enumerate()
-            .flat_map(|(r, p)| hc_pre(&s.x[r * hc * dim..(r + 1) * hc * dim], p, dim))
-            .collect();
+        let collapsed = s.collapse(self.cfg.hc_mult, self.cfg.dim);
         let normed: Vec<f32> =
             rms_norm_rows(&collapsed, &self.norm, self.cfg.norm_eps).iter().map(|v| v.to_f32()).collect();
         let rows = s.pre.len();
