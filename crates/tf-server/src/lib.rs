@@ -2,4 +2,5 @@
 
 pub mod generate;
 pub mod inspect;
+pub mod lanes;
 pub mod tokenizer;

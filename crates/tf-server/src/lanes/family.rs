@@ -1,0 +1,52 @@
+//! The family trait: what the lane host needs from a model, and nothing about HTTP.
+
+use std::path::Path;
+
+/// One model family as the lane host drives it; the host owns it on its scheduler thread.
+pub trait Family: Send + 'static {
+    /// A sequence's state (its caches); one per lane.
+    type Lane: Send;
+
+    fn new_lane(&self) -> Self::Lane;
+    fn vocab_size(&self) -> usize;
+    fn eos_token(&self) -> u32;
+    /// Longest prompt plus generation a lane may hold.
+    fn max_context(&self) -> usize;
+    /// Feeds a prompt chunk; returns the last row's logits when `last`.
+    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String>;
+    /// Feeds rows after the prompt; returns each row's logits.
+    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String>;
+}
+
+impl Family for tf_dsv41::Model {
+    type Lane = tf_dsv41::state::SeqState;
+
+    fn new_lane(&self) -> Self::Lane {
+        self.new_state()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn eos_token(&self) -> u32 {
+        self.cfg.eos_token_id
+    }
+
+    fn max_context(&self) -> usize {
+        self.cfg.max_seq_len
+    }
+
+    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
+        tf_dsv41::Model::prefill(self, lane, tokens, last).map_err(|e| e.to_string())
+    }
+
+    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
+        tf_dsv41::Model::decode(self, lane, tokens).map_err(|e| e.to_string())
+    }
+}
+
+/// Loads the dsv41 family from a checkpoint directory.
+pub fn load_dsv41(dir: &Path, opts: tf_dsv41::Options) -> Result<tf_dsv41::Model, String> {
+    tf_dsv41::Model::load(dir, opts).map_err(|e| format!("{}: {e}", dir.display()))
+}

@@ -1,0 +1,82 @@
+//! Token choice from logits: greedy, or seeded temperature / top-k / top-p sampling; and logprobs.
+
+/// How one request picks its tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> SamplingParams {
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
+    }
+}
+
+/// A small deterministic generator (SplitMix64), one per request, so a seed reproduces its tokens alone or batched.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// Uniform in [0, 1) with 53 random bits.
+    pub fn uniform(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The highest logit's id; ties go to the lowest id, NaN never wins.
+pub fn argmax(logits: &[f32]) -> u32 {
+    logits.iter().enumerate().fold((0usize, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+/// Log-softmax of the raw logits in f64, rounded to f32.
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = logits.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln() + m;
+    logits.iter().map(|&x| (x as f64 - lse) as f32).collect()
+}
+
+/// The `n` most likely ids with their logprobs, best first, ties to the lower id.
+pub fn top_logprobs(logprobs: &[f32], n: usize) -> Vec<(u32, f32)> {
+    let mut idx: Vec<u32> = (0..logprobs.len() as u32).collect();
+    idx.sort_by(|&a, &b| logprobs[b as usize].total_cmp(&logprobs[a as usize]).then(a.cmp(&b)));
+    idx.into_iter().take(n).map(|i| (i, logprobs[i as usize])).collect()
+}
+
+/// Picks the next token: greedy at temperature 0, else sampling from the tempered, top-k/top-p filtered distribution.
+pub fn sample(logits: &[f32], p: &SamplingParams, rng: &mut Rng) -> u32 {
+    if p.temperature <= 0.0 {
+        return argmax(logits);
+    }
+    let lp = log_softmax(&logits.iter().map(|&x| x / p.temperature).collect::<Vec<_>>());
+    let mut cand = top_logprobs(&lp, if p.top_k == 0 { lp.len() } else { p.top_k.min(lp.len()) });
+    let mut mass = 0.0f64;
+    let mut keep = 0;
+    for (_, l) in &cand {
+        mass += (*l as f64).exp();
+        keep += 1;
+        if mass >= p.top_p as f64 {
+            break;
+        }
+    }
+    cand.truncate(keep.max(1));
+    let total: f64 = cand.iter().map(|(_, l)| (*l as f64).exp()).sum();
+    let mut u = rng.uniform() * total;
+    for (id, l) in &cand {
+        u -= (*l as f64).exp();
+        if u < 0.0 {
+            return *id;
+        }
+    }
+    cand[cand.len() - 1].0
+}
