@@ -1,6 +1,8 @@
 //! TensorFold-rs server crate: the `tf` command line (and, in later work, the OpenAI-compatible server).
 
+pub mod chat;
 pub mod generate;
+pub mod http;
 pub mod inspect;
 pub mod lanes;
 pub mod tokenizer;
