@@ -5,14 +5,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_server::generate;
 
-const USAGE: &str = "usage: tf inspect PATH [--filter TEXT]
+const USAGE: &str = "usage: tf serve [--model DIR] [--host H] [--port P] [--api-key K] [--max-lanes N] [--no-replay]
+       tf inspect PATH [--filter TEXT]
        tf generate --model DIR --prompt TEXT [--max-tokens N] [--chunk N] [--no-replay]
+  serve: OpenAI-compatible server (no --model: the small synthetic dsv41 model, written on first run)
   inspect: list a checkpoint directory, model.safetensors.index.json, or one .safetensors file
   generate: greedy text from a prompt on the CPU reference model (tf generate --help for flags)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
+        Some("serve") => serve(&args[1..]),
         Some("inspect") => inspect(&args[1..]),
         Some("generate") => generate(&args[1..]),
         Some("-h" | "--help" | "help") => {
@@ -77,6 +80,39 @@ fn generate(args: &[String]) -> ExitCode {
         Err(e) => {
             let _ = out.flush();
             eprintln!("tf generate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: &[String]) -> ExitCode {
+    let mut cfg = tf_server::http::serve::ServeConfig::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
+        let r: Result<(), String> = match a.as_str() {
+            "--model" => value().map(|v| cfg.model_dir = Some(PathBuf::from(v))),
+            "--host" => value().map(|v| cfg.host = v),
+            "--port" => value().and_then(|v| v.parse().map_err(|_| format!("bad port `{v}`"))).map(|p| cfg.port = p),
+            "--api-key" => value().map(|v| cfg.api_key = Some(v)),
+            "--max-lanes" => value()
+                .and_then(|v| v.parse().map_err(|_| format!("bad lane count `{v}`")))
+                .map(|n| cfg.limits.max_lanes = n),
+            "--no-replay" => {
+                cfg.replay = false;
+                Ok(())
+            }
+            other => Err(format!("unexpected argument `{other}`")),
+        };
+        if let Err(e) = r {
+            eprintln!("tf serve: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    }
+    match tf_server::http::serve::run(cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tf serve: {e}");
             ExitCode::FAILURE
         }
     }

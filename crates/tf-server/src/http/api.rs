@@ -1,0 +1,121 @@
+//! Request fields shared by `/v1/completions` and `/v1/chat/completions`, validated into a generation request.
+
+use super::error::ApiError;
+use crate::lanes::{GenRequest, SamplingParams};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// `stop`: one string or a list.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Sampling and output fields common to both endpoints; unknown fields are accepted and ignored.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Common {
+    pub model: Option<String>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i64>,
+    pub seed: Option<u64>,
+    pub stop: Option<Stop>,
+    pub n: Option<i64>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<Value>,
+}
+
+/// Everything the generation loop needs besides the prompt ids.
+#[derive(Clone, Debug)]
+pub struct GenParams {
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub logprobs: Option<usize>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// Default completion length when the request names none.
+pub const DEFAULT_MAX_TOKENS: usize = 256;
+/// Most alternatives per token a request may ask for, as OpenAI allows.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+impl Common {
+    /// Checks ranges and builds the generation parameters; `logprobs` is the number of alternatives, if any.
+    pub fn params(&self, logprobs: Option<i64>) -> Result<GenParams, ApiError> {
+        let max = self.max_completion_tokens.or(self.max_tokens);
+        let max_tokens = match max {
+            None => DEFAULT_MAX_TOKENS,
+            Some(m) if m >= 1 => m as usize,
+            Some(m) => return Err(ApiError::param("max_tokens", format!("max_tokens must be at least 1, got {m}"))),
+        };
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ApiError::param("temperature", format!("temperature must be in [0, 2], got {temperature}")));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiError::param("top_p", format!("top_p must be in (0, 1], got {top_p}")));
+        }
+        let top_k = match self.top_k.unwrap_or(-1) {
+            -1 | 0 => 0,
+            k if k > 0 => k as usize,
+            k => return Err(ApiError::param("top_k", format!("top_k must be -1, 0 or positive, got {k}"))),
+        };
+        if let Some(n) = self.n
+            && n != 1
+        {
+            return Err(ApiError::param("n", format!("n must be 1 for now, got {n}")));
+        }
+        let logprobs = match logprobs {
+            None => None,
+            Some(k) if (0..=MAX_TOP_LOGPROBS as i64).contains(&k) => Some(k as usize),
+            Some(k) => {
+                return Err(ApiError::param("top_logprobs", format!("top_logprobs must be in [0, 20], got {k}")));
+            }
+        };
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) if v.len() <= 4 => v.clone(),
+            Some(Stop::Many(_)) => return Err(ApiError::param("stop", "at most 4 stop sequences")),
+        };
+        let seed = self.seed.unwrap_or_else(fresh_seed);
+        let include_usage =
+            self.stream_options.as_ref().and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
+        Ok(GenParams {
+            max_tokens,
+            sampling: SamplingParams { temperature, top_k, top_p, seed },
+            stop,
+            logprobs,
+            stream: self.stream,
+            include_usage,
+        })
+    }
+}
+
+impl GenParams {
+    pub fn request(&self, prompt: Vec<u32>) -> GenRequest {
+        GenRequest {
+            prompt,
+            max_tokens: self.max_tokens,
+            sampling: self.sampling.clone(),
+            stop_tokens: Vec::new(),
+            logprobs: self.logprobs,
+        }
+    }
+}
+
+/// A seed for requests that name none: distinct per request, so sampling is not repeated by accident.
+fn fresh_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    t ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+}

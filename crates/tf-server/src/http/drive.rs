@@ -1,0 +1,77 @@
+//! Runs one generation on a blocking thread: lane events → detokenized text with stop strings → a caller's sink.
+
+use super::api::GenParams;
+use super::text::StopScan;
+use crate::lanes::{Event, Finish, TokenEvent};
+use crate::tokenizer::{IncrementalDecoder, Tokenizer};
+use serde_json::{Value, json};
+use std::sync::mpsc::Receiver;
+
+/// How a generation ended, with its usage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub finish: &'static str,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// Text released by one token (possibly empty while a stop string or a character is still undecided).
+pub struct Delta<'a> {
+    pub text: String,
+    pub token: Option<&'a TokenEvent>,
+}
+
+/// Feeds events to `sink` until done; `sink` returning false (client gone) drops the lane's receiver, which cancels it.
+pub fn drive(
+    tok: &Tokenizer,
+    prompt: &[u32],
+    rx: Receiver<Event>,
+    p: &GenParams,
+    skip_special: bool,
+    mut sink: impl FnMut(Delta<'_>) -> bool,
+) -> Result<Summary, String> {
+    let mut dec = IncrementalDecoder::new(tok, prompt, skip_special);
+    let mut stop = StopScan::new(p.stop.clone());
+    let mut completion = 0;
+    for ev in rx.iter() {
+        match ev {
+            Event::Token(t) => {
+                completion += 1;
+                let text = stop.push(&dec.push(t.id).map_err(|e| e.to_string())?);
+                if !sink(Delta { text, token: Some(&t) }) {
+                    return Err("client went away".into());
+                }
+                if stop.hit() {
+                    return Ok(Summary { finish: "stop", prompt_tokens: prompt.len(), completion_tokens: completion });
+                }
+            }
+            Event::Done { finish, prompt_tokens, completion_tokens } => {
+                let tail = dec.finish().map_err(|e| e.to_string())?;
+                let mut text = stop.push(&tail);
+                text.push_str(&stop.finish());
+                if !text.is_empty() {
+                    sink(Delta { text, token: None });
+                }
+                let finish = if stop.hit() || finish == Finish::Stop { "stop" } else { "length" };
+                return Ok(Summary { finish, prompt_tokens, completion_tokens });
+            }
+            Event::Error(e) => return Err(e),
+        }
+    }
+    Err("the model stopped before finishing".into())
+}
+
+/// One token's logprob entry in the chat format (with `token_id`, as vLLM and SGLang add).
+pub fn chat_logprob(tok: &Tokenizer, t: &TokenEvent) -> Value {
+    let entry = |id: u32, lp: f32| {
+        let text = tok.decode(&[id], false).unwrap_or_default();
+        json!({"token": text, "logprob": lp, "bytes": text.as_bytes(), "token_id": id})
+    };
+    let mut v = entry(t.id, t.logprob.unwrap_or(0.0));
+    v["top_logprobs"] = t.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+    v
+}
+
+pub fn usage(s: &Summary) -> Value {
+    json!({"prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens, "total_tokens": s.prompt_tokens + s.completion_tokens})
+}

@@ -1,0 +1,133 @@
+//! The OpenAI-compatible HTTP server over the lane host (axum on tokio).
+
+pub mod api;
+mod complete;
+pub mod drive;
+pub mod error;
+pub mod serve;
+pub mod text;
+
+use crate::lanes::{LaneHost, SubmitError};
+use crate::tokenizer::Tokenizer;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use error::ApiError;
+use serde_json::{Value, json};
+use std::sync::{Arc, OnceLock};
+
+/// A loaded model ready to serve.
+pub struct Engine {
+    pub host: LaneHost,
+    pub tok: Arc<Tokenizer>,
+    pub bos: u32,
+}
+
+/// Shared server state; `engine` is empty until the model has loaded (health answers 503 meanwhile).
+pub struct AppState {
+    pub engine: OnceLock<Engine>,
+    pub model_id: String,
+    pub api_key: Option<String>,
+}
+
+/// Largest request body accepted; a chat history far past the context still fits.
+pub const BODY_LIMIT: usize = 16 << 20;
+
+impl AppState {
+    pub(crate) fn engine(&self) -> Result<&Engine, ApiError> {
+        self.engine.get().ok_or_else(|| ApiError::status(StatusCode::SERVICE_UNAVAILABLE, "the model is still loading"))
+    }
+}
+
+/// All routes, with the API-key check and the body limit.
+pub fn router(state: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/completions", post(complete::completions))
+        .route("/v1/chat/completions", post(complete::chat))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .route("/health", get(health))
+        .merge(api)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(declared_size))
+        .with_state(state)
+}
+
+/// Refuses a body whose declared length is past the limit before reading any of it.
+async fn declared_size(req: Request, next: Next) -> Response {
+    let declared =
+        req.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return ApiError::status(StatusCode::PAYLOAD_TOO_LARGE, format!("request body over {BODY_LIMIT} bytes"))
+            .into_response();
+    }
+    next.run(req).await
+}
+
+async fn auth(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &s.api_key {
+        let given =
+            req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(key.as_str()) {
+            return ApiError::status(StatusCode::UNAUTHORIZED, "missing or wrong API key").into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn health(State(s): State<Arc<AppState>>) -> Response {
+    match s.engine() {
+        Ok(_) => (StatusCode::OK, "ok").into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn models(State(s): State<Arc<AppState>>) -> Response {
+    let card = json!({"id": s.model_id, "object": "model", "created": 0, "owned_by": "tensorfold"});
+    axum::Json(json!({"object": "list", "data": [card]})).into_response()
+}
+
+/// Parses a JSON body into `T`, turning every failure into an OpenAI-shaped 400.
+pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let text = std::str::from_utf8(body).map_err(|e| ApiError::bad(format!("request body is not UTF-8: {e}")))?;
+    serde_json::from_str(text).map_err(|e| ApiError::bad(format!("invalid request JSON: {e}")))
+}
+
+pub(crate) fn submit_error(e: SubmitError) -> ApiError {
+    match e {
+        SubmitError::QueueFull => ApiError::status(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
+        SubmitError::Stopped => ApiError::status(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        _ => ApiError::param("messages", e.to_string()),
+    }
+}
+
+async fn tokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
+    let e = s.engine()?;
+    let v: Value = parse_body(&body)?;
+    let text = v
+        .get("prompt")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::param("prompt", "`prompt` must be a string"))?;
+    let ids = e.tok.encode(text, false).map_err(|err| ApiError::bad(err.to_string()))?;
+    Ok(axum::Json(json!({"tokens": ids, "count": ids.len()})).into_response())
+}
+
+async fn detokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
+    let e = s.engine()?;
+    let v: Value = parse_body(&body)?;
+    let ids: Vec<u32> = serde_json::from_value(v.get("tokens").cloned().unwrap_or(Value::Null))
+        .map_err(|_| ApiError::param("tokens", "`tokens` must be a list of token ids"))?;
+    let vocab = e.tok.vocab_size() as u32;
+    if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
+        return Err(ApiError::param("tokens", format!("token id {bad} is outside the vocabulary of {vocab}")));
+    }
+    let text = e.tok.decode(&ids, false).map_err(|err| ApiError::bad(err.to_string()))?;
+    Ok(axum::Json(json!({"prompt": text})).into_response())
+}

@@ -1,0 +1,103 @@
+//! `tf serve`: bind, load the model in the background (health is 503 until then), serve until Ctrl-C.
+
+use super::{AppState, Engine, router};
+use crate::lanes::{LaneHost, Limits, load_dsv41};
+use crate::tokenizer::Tokenizer;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+/// Everything `tf serve` is told on its command line.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub model_dir: Option<PathBuf>,
+    pub host: String,
+    pub port: u16,
+    pub api_key: Option<String>,
+    pub limits: Limits,
+    pub replay: bool,
+}
+
+impl Default for ServeConfig {
+    fn default() -> ServeConfig {
+        ServeConfig {
+            model_dir: None,
+            host: "127.0.0.1".into(),
+            port: 8000,
+            api_key: None,
+            limits: Limits::default(),
+            replay: true,
+        }
+    }
+}
+
+/// Where the default synthetic model lives: `$TF_CACHE_DIR`, else `~/.cache/tensorfold`.
+pub fn default_model_dir() -> PathBuf {
+    let base = std::env::var_os("TF_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("HOME")
+            .map_or_else(|| PathBuf::from(".cache"), |h| PathBuf::from(h).join(".cache"))
+            .join("tensorfold")
+    });
+    base.join("dsv41-small-seed0")
+}
+
+/// Writes the small synthetic dsv41 checkpoint on first use, reporting progress on stderr.
+pub fn ensure_default_model(dir: &Path) -> Result<(), String> {
+    if dir.join("model.safetensors.index.json").is_file() {
+        return Ok(());
+    }
+    eprintln!("tf serve: writing the small synthetic dsv41 model to {} (first run only) …", dir.display());
+    let t = std::time::Instant::now();
+    let tmp = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&tmp);
+    tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Small, 0, &tmp).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    eprintln!("tf serve: model written in {:.1} s", t.elapsed().as_secs_f32());
+    Ok(())
+}
+
+/// Loads tokenizer and model from a checkpoint directory and starts its lane host.
+pub fn load_engine(dir: &Path, limits: Limits, replay: bool) -> Result<Engine, String> {
+    let tok = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| e.to_string())?;
+    let model = load_dsv41(dir, tf_dsv41::Options { replay, ..tf_dsv41::Options::default() })?;
+    let bos = model.cfg.bos_token_id;
+    Ok(Engine { host: LaneHost::spawn(model, limits), tok: Arc::new(tok), bos })
+}
+
+/// Serves on an already bound listener; the engine loads in the background.
+pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> std::io::Result<()> {
+    let dir = cfg.model_dir.clone().unwrap_or_else(default_model_dir);
+    let model_id = dir.file_name().map_or_else(|| "dsv41".into(), |n| n.to_string_lossy().into_owned());
+    let state = Arc::new(AppState { engine: OnceLock::new(), model_id, api_key: cfg.api_key.clone() });
+    let loader = state.clone();
+    let default = cfg.model_dir.is_none();
+    tokio::task::spawn_blocking(move || {
+        let loaded = (if default { ensure_default_model(&dir) } else { Ok(()) })
+            .and_then(|()| load_engine(&dir, cfg.limits, cfg.replay));
+        match loaded {
+            Ok(e) => {
+                let _ = loader.engine.set(e);
+                eprintln!("tf serve: model loaded, ready");
+            }
+            Err(e) => {
+                eprintln!("tf serve: cannot load the model: {e}");
+                std::process::exit(1);
+            }
+        }
+    });
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}
+
+/// `tf serve`: binds `host:port` and serves until Ctrl-C.
+pub fn run(cfg: ServeConfig) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
+            .await
+            .map_err(|e| format!("bind {}:{}: {e}", cfg.host, cfg.port))?;
+        eprintln!("tf serve: listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+        serve_on(listener, cfg).await.map_err(|e| e.to_string())
+    })
+}
