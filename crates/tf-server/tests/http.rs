@@ -224,7 +224,7 @@ fn eight_concurrent_http_requests_equal_their_solo_runs() {
         let words: Vec<String> = (0..6 + i).map(|k| format!("w{}", 5 + (k * 7 + i * 3) % 200)).collect();
         let mut v = chat_body(json!({"logprobs": true, "top_logprobs": 2, "seed": 77 + i, "max_tokens": 10}));
         v["messages"][0]["content"] = json!(words.join(" "));
-        v["temperature"] = json!(if i % 2 == 0 { 0.0 } else { 0.9 });
+        v["temperature"] = json!(if i.is_multiple_of(2) { 0.0 } else { 0.9 });
         v
     };
     let strip = |mut v: Value| {
