@@ -4,6 +4,7 @@ pub mod dtype;
 pub mod error;
 pub mod formats;
 pub mod ops;
+pub mod rng;
 pub mod st;
 pub mod tensor;
 

@@ -32,16 +32,7 @@ impl Stepper for Dsv41 {
     }
 }
 
-/// The highest logit's id; ties go to the lowest id, and NaN never wins.
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
-            best = i;
-        }
-    }
-    best as u32
-}
+pub use tf_core::ops::argmax;
 
 /// Counts and times of one generation.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -29,3 +29,8 @@ pub fn softmax_in_place(x: &mut [f32]) {
         *v /= sum;
     }
 }
+
+/// The highest value's index; ties go to the lowest index and NaN never wins (greedy decoding).
+pub fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().fold((0usize, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}

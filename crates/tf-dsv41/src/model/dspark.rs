@@ -5,6 +5,7 @@ use crate::attn::Shared;
 use crate::config::RopeKind;
 use crate::linear::{Dense, load_bf16_vec, rms_norm_rows};
 use crate::state::SeqState;
+use tf_core::ops::argmax;
 use tf_core::ops::qgemm::Fp8Weight;
 use tf_core::{Checkpoint, Error, Result, bf16};
 
@@ -48,10 +49,6 @@ impl DSparkHeads {
             rank,
         })
     }
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
 }
 
 impl Model {

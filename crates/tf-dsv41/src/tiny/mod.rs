@@ -4,7 +4,7 @@ mod configs;
 mod init;
 pub mod inventory;
 pub mod quant;
-pub mod rng;
+pub use tf_core::rng;
 pub mod tokenizer;
 mod write;
 

@@ -1,5 +1,8 @@
 //! Token choice from logits: greedy, or seeded temperature / top-k / top-p sampling; and logprobs.
 
+pub use tf_core::ops::argmax;
+use tf_core::rng::SplitMix64;
+
 /// How one request picks its tokens.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -15,28 +18,19 @@ impl Default for SamplingParams {
     }
 }
 
-/// A small deterministic generator (SplitMix64), one per request, so a seed reproduces its tokens alone or batched.
+/// A request's generator: SplitMix64 seeded per request, so a seed reproduces its tokens alone or batched.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(SplitMix64::new(seed))
     }
 
     /// Uniform in [0, 1) with 53 random bits.
     pub fn uniform(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+        (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
-}
-
-/// The highest logit's id; ties go to the lowest id, NaN never wins.
-pub fn argmax(logits: &[f32]) -> u32 {
-    logits.iter().enumerate().fold((0usize, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
 }
 
 /// Log-softmax of the raw logits in f64, rounded to f32.

@@ -1,4 +1,4 @@
-//! A seeded generator whose draws are bit-identical on every platform: integer mixing plus exact f32 arithmetic.
+//! A seeded generator whose draws are bit-identical on every platform: synthetic weights and request sampling share it.
 
 /// SplitMix64 (Steele, Lea, Flood 2014): one 64-bit state word, full period, good avalanche.
 #[derive(Clone, Debug)]
