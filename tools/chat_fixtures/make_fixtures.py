@@ -7,6 +7,11 @@ encoding/encoding.py). The request wrapper below follows vLLM's deepseek_v41.py
 (one is inserted when absent), thinking defaults on, reasoning_effort defaults to high
 and "none" turns thinking off.
 
+vLLM's copy carries a pre-release reasoning-effort table (low 25 / high 50 / xhigh 75 /
+max 100). The script replaces it below with the table of DeepSeek's released encoder
+(encoding/encoding.py of deepseek-ai/DeepSeek-V4.1-Flash): low 50 / high 75 / max 100,
+default high, anything else (xhigh, medium) rejected.
+
 Run: python3 tools/chat_fixtures/make_fixtures.py
 """
 
@@ -18,6 +23,10 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "ref"))
 import deepseek_v41_encoding as enc  # noqa: E402
+
+# Patched: DeepSeek's released encoder, not vLLM's pre-release table (see the docstring).
+enc.REASONING_EFFORT_MAPPINGS = {"low": 50, "high": 75, "max": 100}
+enc.DEFAULT_REASONING_EFFORT = "high"
 
 OUT = HERE.parents[1] / "crates" / "tf-server" / "tests" / "fixtures" / "chat"
 
@@ -134,7 +143,6 @@ CASES = {
     "system_prompt_thinking_off": ([S("You are a helpful assistant."), U("Hi")], None, {"thinking": False}),
     "system_only": ([S("Be brief.")], None, {}),
     "effort_low": ([U("q")], None, {"reasoning_effort": "low"}),
-    "effort_xhigh": ([U("q")], None, {"reasoning_effort": "xhigh"}),
     "effort_max": ([U("q")], None, {"reasoning_effort": "max"}),
     "effort_numeric": ([U("q")], None, {"reasoning_effort": 37}),
     "multi_turn_reasoning_dropped": (MULTI, None, {}),
@@ -206,6 +214,13 @@ CASES = {
 
 
 def main():
+    for bad in ("xhigh", "medium"):
+        try:
+            encode([U("q")], None, {"reasoning_effort": bad})
+        except AssertionError:
+            pass
+        else:
+            raise SystemExit(f"reference encoder accepted reasoning_effort={bad!r}; is the mapping patch in place?")
     OUT.mkdir(parents=True, exist_ok=True)
     for name, (messages, tools, options) in CASES.items():
         expected = encode(messages, tools, options)

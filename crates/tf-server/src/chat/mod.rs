@@ -52,7 +52,7 @@ impl fmt::Display for ChatError {
             }
             Self::InvalidTool(reason) => write!(f, "invalid tool: {reason}"),
             Self::InvalidReasoningEffort(v) => {
-                write!(f, "reasoning_effort must be low, high, xhigh, max, none or an integer 1..=100, got {v}")
+                write!(f, "reasoning_effort must be low, high, max, none or an integer 1..=100, got {v}")
             }
         }
     }

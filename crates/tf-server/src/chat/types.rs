@@ -116,18 +116,16 @@ impl Tool {
 pub enum ReasoningEffort {
     Low,
     High,
-    XHigh,
     Max,
     Budget(u8),
 }
 
 impl ReasoningEffort {
-    /// The number written into the prompt (DeepSeek's `REASONING_EFFORT_MAPPINGS`).
+    /// The number written into the prompt: low 50, high 75, max 100, from DeepSeek's released V4.1 encoder.
     pub fn budget(self) -> u8 {
         match self {
-            Self::Low => 25,
-            Self::High => 50,
-            Self::XHigh => 75,
+            Self::Low => 50,
+            Self::High => 75,
             Self::Max => 100,
             Self::Budget(n) => n,
         }
@@ -150,7 +148,7 @@ impl Default for ChatOptions {
 }
 
 impl ChatOptions {
-    /// Applies a request's `reasoning_effort`: a name, an integer 1..=100, or "none" (thinking off).
+    /// Applies a request's `reasoning_effort`: low, high, max, an integer 1..=100, or "none" (thinking off).
     pub fn set_reasoning_effort(&mut self, value: &Value) -> Result<(), ChatError> {
         let bad = || ChatError::InvalidReasoningEffort(value.to_string());
         self.reasoning_effort = match value {
@@ -162,7 +160,6 @@ impl ChatOptions {
             Value::String(s) => Some(match s.as_str() {
                 "low" => ReasoningEffort::Low,
                 "high" => ReasoningEffort::High,
-                "xhigh" => ReasoningEffort::XHigh,
                 "max" => ReasoningEffort::Max,
                 _ => return Err(bad()),
             }),
