@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_server::generate;
 
-const USAGE: &str = "usage: tf serve [--model DIR] [--host H] [--port P] [--api-key K] [--max-lanes N] [--no-replay]
+const USAGE: &str = "usage: tf serve [--model DIR] [--host H] [--port P] [--api-key K] [--no-replay] [--max-lanes N]
+         [--max-queue N] [--max-queued-tokens N] [--max-active-tokens N] [--prefill-chunk N]
+         [--admission fifo|short-first] [--prefix-block N] [--prefix-cache-tokens N (0: off)]
        tf inspect PATH [--filter TEXT]
        tf generate --model DIR --prompt TEXT [--max-tokens N] [--chunk N] [--no-replay]
   serve: OpenAI-compatible server (no --model: the small synthetic dsv41 model, written on first run)
@@ -85,6 +87,10 @@ fn generate(args: &[String]) -> ExitCode {
     }
 }
 
+fn num(v: Result<String, String>) -> Result<usize, String> {
+    v.and_then(|v| v.parse().map_err(|_| format!("`{v}` is not a count")))
+}
+
 fn serve(args: &[String]) -> ExitCode {
     let mut cfg = tf_server::http::serve::ServeConfig::default();
     let mut it = args.iter();
@@ -95,9 +101,14 @@ fn serve(args: &[String]) -> ExitCode {
             "--host" => value().map(|v| cfg.host = v),
             "--port" => value().and_then(|v| v.parse().map_err(|_| format!("bad port `{v}`"))).map(|p| cfg.port = p),
             "--api-key" => value().map(|v| cfg.api_key = Some(v)),
-            "--max-lanes" => value()
-                .and_then(|v| v.parse().map_err(|_| format!("bad lane count `{v}`")))
-                .map(|n| cfg.limits.max_lanes = n),
+            "--max-lanes" => num(value()).map(|n| cfg.limits.max_lanes = n),
+            "--max-queue" => num(value()).map(|n| cfg.limits.max_queue = n),
+            "--max-queued-tokens" => num(value()).map(|n| cfg.limits.max_queued_tokens = n),
+            "--max-active-tokens" => num(value()).map(|n| cfg.limits.max_active_tokens = n),
+            "--prefill-chunk" => num(value()).map(|n| cfg.limits.prefill_chunk = n),
+            "--prefix-block" => num(value()).map(|n| cfg.limits.prefix_block = n),
+            "--prefix-cache-tokens" => num(value()).map(|n| cfg.limits.prefix_cache_tokens = n),
+            "--admission" => value().and_then(|v| v.parse()).map(|p| cfg.limits.admission = p),
             "--no-replay" => {
                 cfg.replay = false;
                 Ok(())

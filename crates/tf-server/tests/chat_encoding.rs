@@ -3,9 +3,7 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use tf_server::chat::{
-    ChatError, ChatMessage, ChatOptions, CompletionStream, StreamEvent, Tool, encode_messages, parse_completion,
-};
+use tf_server::chat::{ChatError, ChatMessage, ChatOptions, Tool, encode_messages, parse_completion};
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat")
@@ -86,8 +84,12 @@ fn invalid_requests_are_clear_errors() {
 #[test]
 fn reasoning_effort_values() {
     let mut o = ChatOptions::default();
-    for bad in [json!("medium"), json!(0), json!(101), json!(1.5), json!(true)] {
+    for bad in [json!("xhigh"), json!("medium"), json!(0), json!(101), json!(1.5), json!(true)] {
         assert!(o.set_reasoning_effort(&bad).is_err(), "{bad}");
+    }
+    for (name, budget) in [("low", 50), ("high", 75), ("max", 100)] {
+        o.set_reasoning_effort(&json!(name)).unwrap();
+        assert_eq!(o.reasoning_effort.map(|e| e.budget()), Some(budget), "{name}");
     }
     o.set_reasoning_effort(&json!(42)).unwrap();
     assert_eq!(o.reasoning_effort.map(|e| e.budget()), Some(42));
@@ -143,53 +145,7 @@ fn malformed_dsml_stays_text() {
         let p = parse_completion(text, false);
         assert!(p.tool_calls.is_empty(), "{text}");
         assert_eq!(p.content, text);
-        let events = run_stream(text, false, 3);
-        assert!(events.iter().all(|e| !matches!(e, StreamEvent::ToolCall(_))), "{text}");
-        assert_eq!(joined(&events, false), text, "stream {text}");
     }
-}
-
-fn run_stream(text: &str, thinking: bool, chunk: usize) -> Vec<StreamEvent> {
-    let mut s = CompletionStream::new(thinking);
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = Vec::new();
-    for piece in chars.chunks(chunk) {
-        out.extend(s.push(&piece.iter().collect::<String>()));
-    }
-    out.extend(s.finish());
-    out
-}
-
-fn joined(events: &[StreamEvent], reasoning: bool) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            StreamEvent::Reasoning(t) if reasoning => Some(t.as_str()),
-            StreamEvent::Content(t) if !reasoning => Some(t.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-#[test]
-fn streaming_matches_one_shot_parse_at_every_chunk_size() {
-    let text = format!("I need data.</think>Checking.\n\n{CALL_BLOCK}<｜end▁of▁sentence｜>");
-    let whole = parse_completion(&text, true);
-    for chunk in [1, 2, 3, 5, 7, 64, 10_000] {
-        let events = run_stream(&text, true, chunk);
-        assert_eq!(joined(&events, true), whole.reasoning_content.clone().unwrap(), "chunk {chunk}");
-        assert_eq!(joined(&events, false), whole.content, "chunk {chunk}");
-        let calls: Vec<_> = events
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::ToolCall(c) => Some(c.clone()),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(calls, whole.tool_calls, "chunk {chunk}");
-    }
-    let plain = run_stream("a </thin b <｜DSML｜ c  ", false, 2);
-    assert_eq!(joined(&plain, false), "a </thin b <｜DSML｜ c  ");
 }
 
 /// The server's request body flattens shared fields, which buffers through serde's `Content`; key order must survive it.

@@ -1,88 +1,9 @@
 //! The server over real HTTP on loopback: endpoints, streaming shapes, logprobs, stop strings and bad input.
 
+mod common;
+
+use common::{chat_body, get, post, post_raw, server, sse, start};
 use serde_json::{Value, json};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-use tf_server::http::serve::{ServeConfig, serve_on};
-
-fn tiny() -> &'static std::path::Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = tempfile::tempdir().unwrap();
-        tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, d.path()).unwrap();
-        d
-    })
-    .path()
-}
-
-/// Starts a server on a free loopback port and waits until `/health` answers 200.
-fn start(api_key: Option<&str>) -> String {
-    let cfg = ServeConfig {
-        model_dir: Some(tiny().to_path_buf()),
-        api_key: api_key.map(String::from),
-        ..ServeConfig::default()
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            serve_on(l, cfg).await.unwrap();
-        });
-    });
-    let base = format!("http://{}", rx.recv().unwrap());
-    let t = Instant::now();
-    while get(&base, "/health").0 != 200 {
-        assert!(t.elapsed() < Duration::from_secs(60), "server never became healthy");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    base
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).build().into()
-}
-
-fn get(base: &str, path: &str) -> (u16, String) {
-    match agent().get(&format!("{base}{path}")).call() {
-        Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default()),
-        Err(_) => (0, String::new()),
-    }
-}
-
-fn post_raw(base: &str, path: &str, body: &[u8], key: Option<&str>) -> (u16, String) {
-    let mut req = agent().post(&format!("{base}{path}")).header("content-type", "application/json");
-    if let Some(k) = key {
-        req = req.header("authorization", &format!("Bearer {k}"));
-    }
-    let mut r = req.send(body).unwrap();
-    (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
-}
-
-fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
-    let (status, text) = post_raw(base, path, body.to_string().as_bytes(), None);
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
-}
-
-fn server() -> &'static str {
-    static BASE: OnceLock<String> = OnceLock::new();
-    BASE.get_or_init(|| start(None))
-}
-
-fn chat_body(extra: Value) -> Value {
-    let mut b = json!({"model": "tiny", "messages": [{"role": "user", "content": "w1 W2 w3"}], "max_tokens": 8, "temperature": 0});
-    b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-    b
-}
-
-/// SSE `data:` payloads of a streamed response.
-fn sse(body: &str) -> Vec<String> {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
-        .map(str::to_string)
-        .collect()
-}
 
 #[test]
 fn health_models_and_token_endpoints() {
@@ -174,7 +95,12 @@ fn bad_input_gets_openai_shaped_4xx() {
         (b"\xff\xfe".to_vec(), 400),
         (json!({"messages": "hello"}).to_string().into_bytes(), 400),
         (json!({"messages": []}).to_string().into_bytes(), 400),
-        (chat_body(json!({"n": 2})).to_string().into_bytes(), 400),
+        (chat_body(json!({"n": 0})).to_string().into_bytes(), 400),
+        (chat_body(json!({"n": 17})).to_string().into_bytes(), 400),
+        (chat_body(json!({"forced_tokens": []})).to_string().into_bytes(), 400),
+        (chat_body(json!({"forced_tokens": [1, 2], "n": 2})).to_string().into_bytes(), 400),
+        (chat_body(json!({"forced_tokens": [99999999]})).to_string().into_bytes(), 400),
+        (chat_body(json!({"reasoning_effort": "extreme"})).to_string().into_bytes(), 400),
         (chat_body(json!({"logprobs": true, "top_logprobs": 21})).to_string().into_bytes(), 400),
         (chat_body(json!({"temperature": 3})).to_string().into_bytes(), 400),
         (chat_body(json!({"max_tokens": 0})).to_string().into_bytes(), 400),
@@ -230,6 +156,7 @@ fn eight_concurrent_http_requests_equal_their_solo_runs() {
     let strip = |mut v: Value| {
         v.as_object_mut().unwrap().remove("id");
         v.as_object_mut().unwrap().remove("created");
+        v["usage"].as_object_mut().unwrap().remove("prompt_tokens_details");
         v
     };
     let solo: Vec<Value> = (0..8).map(|i| strip(post(b, "/v1/chat/completions", &body(i)).1)).collect();

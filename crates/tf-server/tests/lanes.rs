@@ -1,8 +1,7 @@
 //! The lane host: concurrent requests equal their solo runs bit for bit, limits refuse cleanly, failures stay local.
 
-use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
-use tf_server::lanes::{Event, Family, Finish, GenRequest, LaneHost, Limits, SamplingParams, SubmitError};
+use tf_server::lanes::{Event, Events, Family, Finish, GenRequest, LaneHost, Limits, SamplingParams, SubmitError};
 
 fn tiny() -> &'static std::path::Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
@@ -19,14 +18,14 @@ fn host(limits: Limits) -> LaneHost {
     LaneHost::spawn(model, limits)
 }
 
-fn collect(rx: Receiver<Event>) -> Vec<Event> {
-    rx.iter().collect()
+fn collect(rx: Events) -> Vec<Event> {
+    rx.into_iter().collect()
 }
 
 fn req(i: u32, temperature: f32) -> GenRequest {
     let prompt = (0..20 + 3 * i).map(|k| 4 + (k * 37 + i * 11) % 470).collect();
     let sampling = SamplingParams { temperature, top_k: 50, top_p: 0.9, seed: 1000 + u64::from(i) };
-    GenRequest { prompt, max_tokens: 12, sampling, stop_tokens: vec![], logprobs: Some(3) }
+    GenRequest { prompt, max_tokens: 12, sampling, logprobs: Some(3), ..GenRequest::default() }
 }
 
 #[test]
@@ -36,7 +35,7 @@ fn eight_concurrent_requests_equal_their_solo_runs() {
         let h = host(Limits::default());
         reqs.iter().map(|r| collect(h.submit(r.clone()).unwrap())).collect()
     };
-    let h = host(Limits { max_lanes: 8, max_queue: 8, prefill_chunk: 7 });
+    let h = host(Limits { max_lanes: 8, max_queue: 8, prefill_chunk: 7, ..Limits::default() });
     let rxs: Vec<_> = reqs.iter().map(|r| h.submit(r.clone()).unwrap()).collect();
     let together: Vec<Vec<Event>> = rxs.into_iter().map(collect).collect();
     assert_eq!(together, solo, "tokens and logprobs are bit-identical alone and batched");
@@ -48,7 +47,7 @@ fn eight_concurrent_requests_equal_their_solo_runs() {
 
 #[test]
 fn a_dropped_receiver_frees_its_lane_and_others_finish() {
-    let h = host(Limits { max_lanes: 1, max_queue: 4, prefill_chunk: 64 });
+    let h = host(Limits { max_lanes: 1, max_queue: 4, prefill_chunk: 64, ..Limits::default() });
     let mut long = req(1, 0.0);
     long.max_tokens = 200;
     let first = h.submit(long).unwrap();
@@ -76,6 +75,9 @@ impl Family for Script {
     type Lane = Vec<u32>;
     fn new_lane(&self) -> Vec<u32> {
         Vec::new()
+    }
+    fn fork(&self, lane: &Vec<u32>) -> Vec<u32> {
+        lane.clone()
     }
     fn vocab_size(&self) -> usize {
         16
@@ -117,7 +119,10 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
 fn a_full_queue_answers_queue_full() {
     let gate = Arc::new(Mutex::new(()));
     let held = gate.lock().unwrap();
-    let h = LaneHost::spawn(Script { gate: gate.clone() }, Limits { max_lanes: 1, max_queue: 2, prefill_chunk: 8 });
+    let h = LaneHost::spawn(
+        Script { gate: gate.clone() },
+        Limits { max_lanes: 1, max_queue: 2, prefill_chunk: 8, ..Limits::default() },
+    );
     let a = h.submit(greedy(vec![1], 3)).unwrap();
     while h.load().1 > 0 {
         std::thread::yield_now();

@@ -98,10 +98,9 @@ pub fn parse_invoke(text: &str) -> Option<(ParsedInvoke, &str)> {
         let (key, rest) = rest.split_once("\" string=\"")?;
         let (flag, rest) = rest.split_once("\">")?;
         let (raw, rest) = rest.split_once(PARAM_CLOSE)?;
-        let value = match (flag, pyjson::parse_ordered(raw)) {
-            ("true", _) => json_string(raw),
-            ("false", Some(_)) => raw.trim().to_string(),
-            ("false", None) => json_string(raw),
+        let value = match flag {
+            "true" => json_string(raw),
+            "false" => raw_value(raw),
             _ => return None,
         };
         fields.push(format!("{}:{value}", json_string(key)));
@@ -111,6 +110,14 @@ pub fn parse_invoke(text: &str) -> Option<(ParsedInvoke, &str)> {
     Some((invoke, after))
 }
 
-fn json_string(s: &str) -> String {
+/// A `string="false"` parameter as JSON: the raw text when it parses, else the raw text as a JSON string.
+pub(crate) fn raw_value(raw: &str) -> String {
+    match pyjson::parse_ordered(raw) {
+        Some(_) => raw.trim().to_string(),
+        None => json_string(raw),
+    }
+}
+
+pub(crate) fn json_string(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
 }

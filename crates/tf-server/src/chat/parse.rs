@@ -45,7 +45,7 @@ fn split_tool_calls(body: &str) -> (String, Vec<ToolCall>) {
 }
 
 /// Ids are `call_N` by position; the server may swap in globally unique ones.
-pub(crate) fn to_tool_call(index: usize, invoke: dsml::ParsedInvoke) -> ToolCall {
+fn to_tool_call(index: usize, invoke: dsml::ParsedInvoke) -> ToolCall {
     ToolCall {
         id: format!("call_{index}"),
         kind: "function".into(),

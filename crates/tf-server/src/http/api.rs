@@ -13,7 +13,7 @@ pub enum Stop {
     Many(Vec<String>),
 }
 
-/// Sampling and output fields common to both endpoints; unknown fields are accepted and ignored.
+/// Sampling and output fields common to both endpoints; unknown fields are accepted and logged (see `warn_unknown`).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct Common {
     pub model: Option<String>,
@@ -28,6 +28,40 @@ pub struct Common {
     #[serde(default)]
     pub stream: bool,
     pub stream_options: Option<Value>,
+    /// Teacher forcing: the completion is exactly these token ids, returned with their logprobs.
+    pub forced_tokens: Option<Vec<u32>>,
+    /// Ask for DSpark drafting; accepted now, acted on once the verify loop lands.
+    #[serde(default)]
+    pub draft: bool,
+}
+
+/// Field names `Common` reads, for the unknown-field warning.
+pub const COMMON_FIELDS: [&str; 15] = [
+    "model",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "n",
+    "stream",
+    "stream_options",
+    "forced_tokens",
+    "draft",
+    "user",
+    "presence_penalty",
+];
+
+/// Logs the body's top-level fields that neither `Common` nor the endpoint reads, so a silently ignored option is visible.
+pub fn warn_unknown(body: &[u8], endpoint: &str, own: &[&str]) {
+    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(body) else { return };
+    let unknown: Vec<&str> =
+        map.keys().map(String::as_str).filter(|k| !COMMON_FIELDS.contains(k) && !own.contains(k)).collect();
+    if !unknown.is_empty() {
+        eprintln!("tf serve: {endpoint}: ignoring unknown request fields: {}", unknown.join(", "));
+    }
 }
 
 /// Everything the generation loop needs besides the prompt ids.
@@ -39,12 +73,17 @@ pub struct GenParams {
     pub logprobs: Option<usize>,
     pub stream: bool,
     pub include_usage: bool,
+    pub n: usize,
+    pub forced: Vec<u32>,
+    pub draft: bool,
 }
 
 /// Default completion length when the request names none.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
 /// Most alternatives per token a request may ask for, as OpenAI allows.
 pub const MAX_TOP_LOGPROBS: usize = 20;
+/// Most choices per request.
+pub const MAX_N: usize = 16;
 
 impl Common {
     /// Checks ranges and builds the generation parameters; `logprobs` is the number of alternatives, if any.
@@ -68,10 +107,13 @@ impl Common {
             k if k > 0 => k as usize,
             k => return Err(ApiError::param("top_k", format!("top_k must be -1, 0 or positive, got {k}"))),
         };
-        if let Some(n) = self.n
-            && n != 1
-        {
-            return Err(ApiError::param("n", format!("n must be 1 for now, got {n}")));
+        let n = match self.n.unwrap_or(1) {
+            n if (1..=MAX_N as i64).contains(&n) => n as usize,
+            n => return Err(ApiError::param("n", format!("n must be in [1, {MAX_N}], got {n}"))),
+        };
+        let forced = self.forced_tokens.clone().unwrap_or_default();
+        if self.forced_tokens.is_some() && (forced.is_empty() || n != 1) {
+            return Err(ApiError::param("forced_tokens", "forced_tokens must be a non-empty list, with n = 1"));
         }
         let logprobs = match logprobs {
             None => None,
@@ -80,7 +122,9 @@ impl Common {
                 return Err(ApiError::param("top_logprobs", format!("top_logprobs must be in [0, 20], got {k}")));
             }
         };
+        let logprobs = if forced.is_empty() { logprobs } else { Some(logprobs.unwrap_or(0)) };
         let stop = match &self.stop {
+            _ if !forced.is_empty() => Vec::new(),
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s.clone()],
             Some(Stop::Many(v)) if v.len() <= 4 => v.clone(),
@@ -90,24 +134,33 @@ impl Common {
         let include_usage =
             self.stream_options.as_ref().and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
         Ok(GenParams {
-            max_tokens,
             sampling: SamplingParams { temperature, top_k, top_p, seed },
             stop,
             logprobs,
             stream: self.stream,
             include_usage,
+            n,
+            max_tokens: if forced.is_empty() { max_tokens } else { forced.len() },
+            forced,
+            draft: self.draft,
         })
     }
 }
 
 impl GenParams {
-    pub fn request(&self, prompt: Vec<u32>) -> GenRequest {
+    /// The lane request of choice `index`: choice 0 keeps the request's seed, the others get seeds derived from it.
+    pub fn request(&self, prompt: Vec<u32>, index: usize) -> GenRequest {
+        let mut sampling = self.sampling.clone();
+        if index > 0 {
+            sampling.seed = tf_core::rng::SplitMix64::new(sampling.seed ^ (index as u64).rotate_left(32)).next_u64();
+        }
         GenRequest {
             prompt,
             max_tokens: self.max_tokens,
-            sampling: self.sampling.clone(),
+            sampling,
             stop_tokens: Vec::new(),
             logprobs: self.logprobs,
+            forced: self.forced.clone(),
         }
     }
 }

@@ -1,10 +1,11 @@
-//! `/v1/completions` and `/v1/chat/completions`, plain JSON or server-sent events.
+//! `/v1/completions`, and what both generation endpoints share: choices on blocking threads, plain JSON or SSE.
 
-use super::api::{Common, GenParams};
-use super::drive::{Delta, Summary, chat_logprob, drive, usage};
+use super::api::{Common, GenParams, warn_unknown};
+use super::drive::{Delta, Summary, drive, usage};
 use super::error::ApiError;
 use super::{AppState, parse_body, submit_error};
-use crate::chat::{ChatMessage, ChatOptions, CompletionStream, StreamEvent, Tool, encode_messages, parse_completion};
+use crate::lanes::{Events, TokenEvent};
+use crate::tokenizer::Tokenizer;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -16,6 +17,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+
+/// The SSE side of a response, shared by a request's choices.
+pub type Tx = mpsc::Sender<Result<Sse, Infallible>>;
 
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -32,53 +36,125 @@ struct CompletionBody {
     logprobs: Option<i64>,
 }
 
-#[derive(Deserialize)]
-struct ChatBody {
-    #[serde(flatten)]
-    common: Common,
-    messages: Vec<ChatMessage>,
-    #[serde(default)]
-    tools: Vec<Tool>,
-    #[serde(default)]
-    logprobs: bool,
-    top_logprobs: Option<i64>,
-    chat_template_kwargs: Option<Value>,
-    reasoning_effort: Option<Value>,
-}
-
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-fn request_id(prefix: &str) -> String {
+/// A fresh id: `prefix` then a mix of the time and a process-wide counter, so no two responses or tool calls share one.
+pub(crate) fn unique_id(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    format!("{prefix}-{:x}{:06x}", now(), N.fetch_add(1, Ordering::Relaxed))
+    let mix = tf_core::rng::SplitMix64::new(N.fetch_add(1, Ordering::Relaxed) ^ now().rotate_left(20)).next_u64();
+    format!("{prefix}{mix:016x}")
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
+pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
-/// Sends one SSE data line; false once the client is gone.
-fn send(tx: &mpsc::Sender<Result<Sse, Infallible>>, v: &Value) -> bool {
+/// Sends one SSE data line from a blocking thread; false once the client is gone.
+pub(crate) fn send(tx: &Tx, v: &Value) -> bool {
     tx.blocking_send(Ok(Sse::default().data(v.to_string()))).is_ok()
 }
 
-/// Submits the prompt, then runs `work` on a blocking thread with the event receiver.
-async fn run<T: Send + 'static>(
+/// Submits one lane request per choice before any runs, so a full queue refuses the request as a whole.
+fn submit_all(s: &AppState, prompt: &[u32], p: &GenParams) -> Result<Vec<Events>, ApiError> {
+    let host = &s.engine()?.host;
+    (0..p.n).map(|i| host.submit(p.request(prompt.to_vec(), i)).map_err(submit_error)).collect()
+}
+
+/// What one choice runs on its blocking thread: its index, the tokenizer, the prompt and its lane events.
+pub(crate) type Work<T> = dyn Fn(usize, &Tokenizer, &[u32], Events) -> T + Send + Sync;
+
+/// Runs every choice to the end on blocking threads and returns their results in choice order.
+pub(crate) async fn collect_choices<T: Send + 'static>(
     s: &Arc<AppState>,
     prompt: Vec<u32>,
     p: &GenParams,
-    work: impl FnOnce(Arc<AppState>, Vec<u32>, std::sync::mpsc::Receiver<crate::lanes::Event>) -> T + Send + 'static,
-) -> Result<T, ApiError> {
-    let rx = s.engine()?.host.submit(p.request(prompt.clone())).map_err(submit_error)?;
-    let state = s.clone();
-    tokio::task::spawn_blocking(move || work(state, prompt, rx)).await.map_err(internal)
+    work: Arc<Work<T>>,
+) -> Result<Vec<T>, ApiError> {
+    let lanes = submit_all(s, &prompt, p)?;
+    let tok = s.engine()?.tok.clone();
+    let prompt = Arc::new(prompt);
+    let mut handles = Vec::new();
+    for (i, lane) in lanes.into_iter().enumerate() {
+        let (tok, prompt, work) = (tok.clone(), prompt.clone(), work.clone());
+        handles.push(tokio::task::spawn_blocking(move || work(i, &tok, &prompt, lane)));
+    }
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.map_err(internal)?);
+    }
+    Ok(out)
+}
+
+/// Streams every choice as server-sent events; after all end, the usage chunk (if asked) and `[DONE]`.
+pub(crate) async fn stream_choices(
+    s: &Arc<AppState>,
+    prompt: Vec<u32>,
+    p: &GenParams,
+    work: impl Fn(usize, &Tokenizer, &[u32], Events, &Tx) -> Result<Summary, String> + Send + Sync + 'static,
+    usage_chunk: impl FnOnce(Value) -> Value + Send + 'static,
+) -> Result<Response, ApiError> {
+    let (tx, rx) = mpsc::channel(64);
+    let sink = tx.clone();
+    let work: Arc<Work<Result<Summary, String>>> =
+        Arc::new(move |i, tok, prompt, lane| work(i, tok, prompt, lane, &sink));
+    let lanes = submit_all(s, &prompt, p)?;
+    let tok = s.engine()?.tok.clone();
+    let prompt = Arc::new(prompt);
+    let handles: Vec<_> = lanes
+        .into_iter()
+        .enumerate()
+        .map(|(i, lane)| {
+            let (tok, prompt, work) = (tok.clone(), prompt.clone(), work.clone());
+            tokio::task::spawn_blocking(move || work(i, &tok, &prompt, lane))
+        })
+        .collect();
+    let include_usage = p.include_usage;
+    tokio::spawn(async move {
+        let (mut done, mut failed) = (Vec::new(), None);
+        for h in handles {
+            match h.await {
+                Ok(Ok(summary)) => done.push(summary),
+                Ok(Err(e)) => failed = Some(e),
+                Err(e) => failed = Some(e.to_string()),
+            }
+        }
+        let last = match failed {
+            Some(e) => Some(json!({"error": {"message": e, "type": "server_error", "param": null, "code": null}})),
+            None => include_usage.then(|| usage_chunk(usage(&done))),
+        };
+        if let Some(v) = last {
+            let _ = tx.send(Ok(Sse::default().data(v.to_string()))).await;
+        }
+        let _ = tx.send(Ok(Sse::default().data("[DONE]"))).await;
+    });
+    Ok(SseBody::new(ReceiverStream::new(rx)).into_response())
+}
+
+/// Completions-format logprobs of a choice: tokens, their logprobs, top alternatives by text and offsets.
+fn completion_logprobs(tok: &Tokenizer, tokens: &[TokenEvent]) -> Value {
+    let text = |id: u32| tok.decode(&[id], false).unwrap_or_default();
+    let mut offset = 0;
+    let mut offsets = Vec::new();
+    for t in tokens {
+        offsets.push(offset);
+        offset += text(t.id).len();
+    }
+    let top: Vec<Value> = tokens
+        .iter()
+        .map(|t| t.top.iter().map(|&(id, lp)| (text(id), json!(lp))).collect::<serde_json::Map<_, _>>().into())
+        .collect();
+    json!({"tokens": tokens.iter().map(|t| text(t.id)).collect::<Vec<_>>(),
+        "token_logprobs": tokens.iter().map(|t| t.logprob).collect::<Vec<_>>(),
+        "token_ids": tokens.iter().map(|t| t.id).collect::<Vec<_>>(),
+        "top_logprobs": top, "text_offset": offsets})
 }
 
 pub async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
     let b: CompletionBody = parse_body(&body)?;
+    warn_unknown(&body, "/v1/completions", &["prompt", "logprobs", "echo", "suffix", "best_of"]);
     let p = b.common.params(b.logprobs)?;
     let e = s.engine()?;
     let prompt = match b.prompt {
@@ -91,164 +167,57 @@ pub async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<
             ids
         }
     };
-    if let Some(bad) = prompt.iter().find(|&&t| t as usize >= e.tok.vocab_size()) {
+    let vocab = e.tok.vocab_size();
+    if let Some(bad) = prompt.iter().chain(&p.forced).find(|&&t| t as usize >= vocab) {
         return Err(ApiError::param("prompt", format!("token id {bad} is outside the vocabulary")));
     }
-    let (id, model, created) = (request_id("cmpl"), s.model_id.clone(), now());
-    let chunk = move |text: &str, finish: Option<&str>| json!({"id": id, "object": "text_completion", "created": created, "model": model, "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]});
+    let (id, model, created) = (unique_id("cmpl-"), s.model_id.clone(), now());
+    let chunk = move |i: usize, text: &str, lp: Value, finish: Option<&str>| json!({"id": id, "object": "text_completion", "created": created, "model": model, "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": finish}]});
+    let with_lp = p.logprobs.is_some();
     if p.stream {
-        let (tx, rx) = mpsc::channel(64);
-        let pp = p.clone();
-        run(&s, prompt, &p, move |st, prompt, lane| {
-            let tok = st.engine.get().expect("engine is loaded").tok.clone();
-            let r = drive(&tok, &prompt, lane, &pp, true, |d: Delta<'_>| {
-                d.text.is_empty() || send(&tx, &chunk(&d.text, None))
+        let (pp, c) = (p.clone(), chunk.clone());
+        let work = move |i: usize, tok: &Tokenizer, prompt: &[u32], lane: Events, tx: &Tx| {
+            let r = drive(tok, prompt, lane, &pp, true, |d: Delta<'_>| {
+                let lp = d
+                    .token
+                    .filter(|_| with_lp)
+                    .map_or(Value::Null, |t| completion_logprobs(tok, std::slice::from_ref(t)));
+                (d.text.is_empty() && lp.is_null()) || send(tx, &c(i, &d.text, lp, None))
             });
-            finish_stream(&tx, r, |s| chunk("", Some(s.finish)), pp.include_usage);
-        })
-        .await?;
-        return Ok(SseBody::new(ReceiverStream::new(rx)).into_response());
+            if let Ok(s) = &r {
+                send(tx, &c(i, "", Value::Null, Some(s.finish)));
+            }
+            r
+        };
+        let usage_chunk = move |u: Value| {
+            let mut v = chunk(0, "", Value::Null, None);
+            v["choices"] = json!([]);
+            v["usage"] = u;
+            v
+        };
+        return stream_choices(&s, prompt, &p, work, usage_chunk).await;
     }
     let pp = p.clone();
-    let (text, summary) = run(&s, prompt, &p, move |st, prompt, lane| {
-        let tok = st.engine.get().expect("engine is loaded").tok.clone();
-        let mut text = String::new();
-        let r = drive(&tok, &prompt, lane, &pp, true, |d| {
+    let work: Arc<Work<_>> = Arc::new(move |_, tok, prompt, lane| {
+        let (mut text, mut tokens) = (String::new(), Vec::new());
+        let r = drive(tok, prompt, lane, &pp, true, |d| {
             text.push_str(&d.text);
+            tokens.extend(d.token.cloned());
             true
         });
-        r.map(|s| (text, s))
-    })
-    .await?
-    .map_err(internal)?;
-    let mut v = chunk(&text, Some(summary.finish));
-    v["usage"] = usage(&summary);
+        r.map(|s| (text, completion_logprobs(tok, &tokens), s))
+    });
+    let results = collect_choices(&s, prompt, &p, work).await?;
+    let mut choices = Vec::new();
+    let mut summaries = Vec::new();
+    for (i, r) in results.into_iter().enumerate() {
+        let (text, lp, summary) = r.map_err(internal)?;
+        let lp = if with_lp { lp } else { Value::Null };
+        choices.push(json!({"index": i, "text": text, "logprobs": lp, "finish_reason": summary.finish}));
+        summaries.push(summary);
+    }
+    let mut v = chunk(0, "", Value::Null, None);
+    v["choices"] = json!(choices);
+    v["usage"] = usage(&summaries);
     Ok(axum::Json(v).into_response())
-}
-
-/// Final chunk, optional usage chunk and `[DONE]`; an error mid-stream becomes an error event.
-fn finish_stream(
-    tx: &mpsc::Sender<Result<Sse, Infallible>>,
-    r: Result<Summary, String>,
-    last: impl Fn(&Summary) -> Value,
-    include_usage: bool,
-) {
-    match r {
-        Ok(s) => {
-            let _ = send(tx, &last(&s));
-            if include_usage {
-                let mut u = last(&s);
-                u["choices"] = json!([]);
-                u["usage"] = usage(&s);
-                let _ = send(tx, &u);
-            }
-        }
-        Err(e) => {
-            let _ = send(tx, &json!({"error": {"message": e, "type": "server_error", "param": null, "code": null}}));
-        }
-    }
-    let _ = tx.blocking_send(Ok(Sse::default().data("[DONE]")));
-}
-
-fn chat_options(b: &ChatBody) -> Result<ChatOptions, ApiError> {
-    let mut o = ChatOptions::default();
-    if let Some(k) = &b.chat_template_kwargs {
-        for key in ["thinking", "enable_thinking"] {
-            if let Some(v) = k.get(key).and_then(Value::as_bool) {
-                o.thinking = v;
-            }
-        }
-    }
-    if let Some(e) = &b.reasoning_effort {
-        o.set_reasoning_effort(e).map_err(|err| ApiError::param("reasoning_effort", err.to_string()))?;
-    }
-    Ok(o)
-}
-
-pub async fn chat(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
-    let b: ChatBody = parse_body(&body)?;
-    let p = b.common.params(if b.logprobs { Some(b.top_logprobs.unwrap_or(0)) } else { None })?;
-    let opts = chat_options(&b)?;
-    let e = s.engine()?;
-    let text =
-        encode_messages(&b.messages, &b.tools, &opts).map_err(|err| ApiError::param("messages", err.to_string()))?;
-    let prompt = e.tok.encode(&text, false).map_err(|err| ApiError::param("messages", err.to_string()))?;
-    let (id, model, thinking, created) = (request_id("chatcmpl"), s.model_id.clone(), opts.thinking, now());
-    if p.stream {
-        let (tx, rx) = mpsc::channel(64);
-        let pp = p.clone();
-        run(&s, prompt, &p, move |st, prompt, lane| {
-            let tok = st.engine.get().expect("engine is loaded").tok.clone();
-            let chunk = |delta: Value, logprobs: Value, finish: Option<&str>| json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]});
-            let mut parser = CompletionStream::new(thinking);
-            let calls = std::cell::Cell::new(0usize);
-            let mut ok = send(&tx, &chunk(json!({"role": "assistant", "content": ""}), Value::Null, None));
-            let deltas = |events: Vec<StreamEvent>, lp: Value| -> bool {
-                let mut sent_lp = lp.is_null();
-                for ev in events {
-                    let d = stream_delta(ev, &calls);
-                    let l = if sent_lp { Value::Null } else { lp.clone() };
-                    sent_lp = true;
-                    if !send(&tx, &chunk(d, l, None)) {
-                        return false;
-                    }
-                }
-                sent_lp || send(&tx, &chunk(json!({"content": ""}), lp, None))
-            };
-            let r = drive(&tok, &prompt, lane, &pp, false, |d| {
-                let lp = d.token.filter(|_| pp.logprobs.is_some()).map_or(Value::Null, |t| json!({"content": [chat_logprob(&tok, t)]}));
-                ok = ok && deltas(parser.push(&d.text), lp);
-                ok
-            });
-            let tail = parser.finish();
-            deltas(tail, Value::Null);
-            let had_calls = calls.get() > 0;
-            let finish = move |s: &Summary| if had_calls && s.finish == "stop" { "tool_calls" } else { s.finish };
-            finish_stream(&tx, r, |s| chunk(json!({}), Value::Null, Some(finish(s))), pp.include_usage);
-        })
-        .await?;
-        return Ok(SseBody::new(ReceiverStream::new(rx)).into_response());
-    }
-    let pp = p.clone();
-    let (text, lps, summary) = run(&s, prompt, &p, move |st, prompt, lane| {
-        let tok = st.engine.get().expect("engine is loaded").tok.clone();
-        let (mut text, mut lps) = (String::new(), Vec::new());
-        let r = drive(&tok, &prompt, lane, &pp, false, |d| {
-            text.push_str(&d.text);
-            if let (Some(t), Some(_)) = (d.token, pp.logprobs) {
-                lps.push(chat_logprob(&tok, t));
-            }
-            true
-        });
-        r.map(|s| (text, lps, s))
-    })
-    .await?
-    .map_err(internal)?;
-    let parsed = parse_completion(&text, thinking);
-    let finish = if !parsed.tool_calls.is_empty() && summary.finish == "stop" { "tool_calls" } else { summary.finish };
-    let mut message = json!({"role": "assistant", "content": parsed.content});
-    if let Some(r) = &parsed.reasoning_content {
-        message["reasoning_content"] = json!(r);
-        message["reasoning"] = json!(r);
-    }
-    if !parsed.tool_calls.is_empty() {
-        message["tool_calls"] = serde_json::to_value(&parsed.tool_calls).map_err(internal)?;
-    }
-    let logprobs = if p.logprobs.is_some() { json!({"content": lps}) } else { Value::Null };
-    let v = json!({"id": id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}], "usage": usage(&summary)});
-    Ok(axum::Json(v).into_response())
-}
-
-fn stream_delta(ev: StreamEvent, calls: &std::cell::Cell<usize>) -> Value {
-    match ev {
-        StreamEvent::Reasoning(r) => json!({"reasoning_content": r, "reasoning": r}),
-        StreamEvent::Content(c) => json!({"content": c}),
-        StreamEvent::ToolCall(tc) => {
-            let mut v = serde_json::to_value(&tc).unwrap_or(Value::Null);
-            v["index"] = json!(calls.get());
-            calls.set(calls.get() + 1);
-            json!({"tool_calls": [v]})
-        }
-    }
 }

@@ -2,10 +2,9 @@
 
 use super::api::GenParams;
 use super::text::StopScan;
-use crate::lanes::{Event, Finish, TokenEvent};
+use crate::lanes::{Event, Events, Finish, TokenEvent};
 use crate::tokenizer::{IncrementalDecoder, Tokenizer};
 use serde_json::{Value, json};
-use std::sync::mpsc::Receiver;
 
 /// How a generation ended, with its usage.
 #[derive(Clone, Debug, PartialEq)]
@@ -13,6 +12,8 @@ pub struct Summary {
     pub finish: &'static str,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt tokens served from the prompt cache.
+    pub cached_tokens: usize,
 }
 
 /// Text released by one token (possibly empty while a stop string or a character is still undecided).
@@ -25,7 +26,7 @@ pub struct Delta<'a> {
 pub fn drive(
     tok: &Tokenizer,
     prompt: &[u32],
-    rx: Receiver<Event>,
+    rx: Events,
     p: &GenParams,
     skip_special: bool,
     mut sink: impl FnMut(Delta<'_>) -> bool,
@@ -42,10 +43,16 @@ pub fn drive(
                     return Err("client went away".into());
                 }
                 if stop.hit() {
-                    return Ok(Summary { finish: "stop", prompt_tokens: prompt.len(), completion_tokens: completion });
+                    let cached_tokens = rx.cached_tokens();
+                    return Ok(Summary {
+                        finish: "stop",
+                        prompt_tokens: prompt.len(),
+                        completion_tokens: completion,
+                        cached_tokens,
+                    });
                 }
             }
-            Event::Done { finish, prompt_tokens, completion_tokens } => {
+            Event::Done { finish, prompt_tokens, completion_tokens, cached_tokens } => {
                 let tail = dec.finish().map_err(|e| e.to_string())?;
                 let mut text = stop.push(&tail);
                 text.push_str(&stop.finish());
@@ -53,7 +60,7 @@ pub fn drive(
                     sink(Delta { text, token: None });
                 }
                 let finish = if stop.hit() || finish == Finish::Stop { "stop" } else { "length" };
-                return Ok(Summary { finish, prompt_tokens, completion_tokens });
+                return Ok(Summary { finish, prompt_tokens, completion_tokens, cached_tokens });
             }
             Event::Error(e) => return Err(e),
         }
@@ -72,6 +79,11 @@ pub fn chat_logprob(tok: &Tokenizer, t: &TokenEvent) -> Value {
     v
 }
 
-pub fn usage(s: &Summary) -> Value {
-    json!({"prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens, "total_tokens": s.prompt_tokens + s.completion_tokens})
+/// Usage over a request's choices: the prompt counts once, completions add up.
+pub fn usage(choices: &[Summary]) -> Value {
+    let prompt = choices.first().map_or(0, |s| s.prompt_tokens);
+    let cached = choices.iter().map(|s| s.cached_tokens).max().unwrap_or(0);
+    let completion: usize = choices.iter().map(|s| s.completion_tokens).sum();
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached}})
 }

@@ -1,6 +1,7 @@
 //! The OpenAI-compatible HTTP server over the lane host (axum on tokio).
 
 pub mod api;
+mod chat;
 mod complete;
 pub mod drive;
 pub mod error;
@@ -48,12 +49,13 @@ pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/completions", post(complete::completions))
-        .route("/v1/chat/completions", post(complete::chat))
+        .route("/v1/chat/completions", post(chat::chat))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .merge(api)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn(declared_size))
@@ -87,6 +89,12 @@ async fn health(State(s): State<Arc<AppState>>) -> Response {
         Ok(_) => (StatusCode::OK, "ok").into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// Prometheus text format; empty until the model has loaded.
+async fn metrics(State(s): State<Arc<AppState>>) -> Response {
+    let text = s.engine.get().map(|e| e.host.metrics().render()).unwrap_or_default();
+    ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Response {

@@ -8,6 +8,8 @@ pub trait Family: Send + 'static {
     type Lane: Send;
 
     fn new_lane(&self) -> Self::Lane;
+    /// A copy of a lane that continues exactly as the original would (the prompt cache's snapshot).
+    fn fork(&self, lane: &Self::Lane) -> Self::Lane;
     fn vocab_size(&self) -> usize;
     fn eos_token(&self) -> u32;
     /// Longest prompt plus generation a lane may hold.
@@ -23,6 +25,10 @@ impl Family for tf_dsv41::Model {
 
     fn new_lane(&self) -> Self::Lane {
         self.new_state()
+    }
+
+    fn fork(&self, lane: &Self::Lane) -> Self::Lane {
+        lane.clone()
     }
 
     fn vocab_size(&self) -> usize {

@@ -1,0 +1,229 @@
+//! The scheduler thread: admission, prompt chunks and decode rounds, the prompt cache, and per-request events.
+
+use super::sample::{Rng, log_softmax, sample, top_logprobs};
+use super::{Admission, Event, Family, Finish, Job, Limits, Metrics, Outcome, PrefixCache, TokenEvent};
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Receiver;
+use std::time::Instant;
+
+struct Active<L> {
+    lane: L,
+    job: Job,
+    fed: usize,
+    cached: usize,
+    /// Prompt length at which this lane's state goes into the prompt cache.
+    snapshot_at: Option<usize>,
+    next: Option<u32>,
+    generated: usize,
+    rng: Rng,
+    last_token: Instant,
+}
+
+impl<L> Active<L> {
+    fn budget(&self) -> usize {
+        self.job.req.prompt.len() + self.job.req.max_tokens.max(self.job.req.forced.len())
+    }
+}
+
+pub(super) struct Scheduler<F: Family> {
+    family: F,
+    limits: Limits,
+    queue: VecDeque<Job>,
+    active: Vec<Active<F::Lane>>,
+    cache: PrefixCache<F::Lane>,
+    metrics: Arc<Metrics>,
+    queued_tokens: Arc<AtomicUsize>,
+    /// Alternates prompt chunks with decode rounds while both kinds of lanes exist.
+    decode_turn: bool,
+}
+
+/// What a lane does after a step.
+enum After {
+    Continue,
+    Remove(Outcome),
+}
+
+impl<F: Family> Scheduler<F> {
+    pub(super) fn new(family: F, limits: Limits, metrics: Arc<Metrics>, queued_tokens: Arc<AtomicUsize>) -> Self {
+        let cache = PrefixCache::new(limits.prefix_block, limits.prefix_cache_tokens);
+        Scheduler {
+            family,
+            limits,
+            queue: VecDeque::new(),
+            active: Vec::new(),
+            cache,
+            metrics,
+            queued_tokens,
+            decode_turn: false,
+        }
+    }
+
+    pub(super) fn run(mut self, rx: Receiver<Job>) {
+        loop {
+            let idle = self.queue.is_empty() && self.active.is_empty();
+            let job = if idle { rx.recv().ok() } else { rx.try_recv().ok() };
+            match job {
+                Some(j) => {
+                    self.queue.push_back(j);
+                    continue;
+                }
+                None if idle => return,
+                None => {}
+            }
+            self.admit();
+            self.step();
+            self.metrics.running.store(self.active.len(), Ordering::SeqCst);
+        }
+    }
+
+    /// Index of the queued job to admit next under the admission policy.
+    fn pick(&self) -> Option<usize> {
+        match self.limits.admission {
+            _ if self.queue.is_empty() => None,
+            Admission::Fifo => Some(0),
+            Admission::ShortFirst => {
+                self.queue.iter().enumerate().min_by_key(|(i, j)| (j.req.prompt.len(), *i)).map(|(i, _)| i)
+            }
+        }
+    }
+
+    fn admit(&mut self) {
+        while self.active.len() < self.limits.max_lanes {
+            let Some(i) = self.pick() else { break };
+            let need =
+                self.queue[i].req.prompt.len() + self.queue[i].req.max_tokens.max(self.queue[i].req.forced.len());
+            let held: usize = self.active.iter().map(Active::budget).sum();
+            if !self.active.is_empty() && held + need > self.limits.max_active_tokens {
+                break;
+            }
+            let job = self.queue.remove(i).expect("picked from the queue");
+            self.metrics.waiting.fetch_sub(1, Ordering::SeqCst);
+            self.queued_tokens.fetch_sub(job.req.prompt.len(), Ordering::SeqCst);
+            if job.cancelled() {
+                self.metrics.finished(Outcome::Abort, job.submitted.elapsed().as_secs_f64());
+                continue;
+            }
+            let prompt = &job.req.prompt;
+            let (cached, lane) = match self.cache.lookup(prompt) {
+                Some((n, lane)) => (n, self.family.fork(lane)),
+                None => (0, self.family.new_lane()),
+            };
+            self.metrics.prompt_admitted(prompt.len(), cached);
+            job.cached.store(cached, Ordering::Relaxed);
+            let snapshot_at = self.cache.snapshot_point(prompt.len()).filter(|&s| s > cached);
+            let rng = Rng::new(job.req.sampling.seed);
+            let now = Instant::now();
+            let a =
+                Active { lane, job, fed: cached, cached, snapshot_at, next: None, generated: 0, rng, last_token: now };
+            self.active.push(a);
+        }
+    }
+
+    /// One prompt chunk of the oldest lane still in its prompt, or one decode round over the lanes past theirs.
+    fn step(&mut self) {
+        let prefilling = self.active.iter().position(|a| a.fed < a.job.req.prompt.len());
+        let decoding: Vec<usize> = (0..self.active.len()).filter(|&i| self.active[i].next.is_some()).collect();
+        let lanes = match prefilling {
+            Some(i) if decoding.is_empty() || !self.decode_turn => vec![i],
+            _ => decoding,
+        };
+        self.decode_turn = !self.decode_turn;
+        let mut remove = Vec::new();
+        for i in lanes {
+            let after = if self.active[i].job.cancelled() {
+                After::Remove(Outcome::Abort)
+            } else {
+                catch_unwind(AssertUnwindSafe(|| self.step_lane(i))).unwrap_or_else(|_| {
+                    let _ = self.active[i].job.events.send(Event::Error("internal error in the model step".into()));
+                    After::Remove(Outcome::Error)
+                })
+            };
+            if let After::Remove(outcome) = after {
+                self.metrics.finished(outcome, self.active[i].job.submitted.elapsed().as_secs_f64());
+                remove.push(i);
+            }
+        }
+        for i in remove.into_iter().rev() {
+            self.active.remove(i);
+        }
+    }
+
+    fn step_lane(&mut self, i: usize) -> After {
+        let (family, chunk) = (&self.family, self.limits.prefill_chunk.max(1));
+        let a = &mut self.active[i];
+        let prompt = &a.job.req.prompt;
+        let logits = if a.fed < prompt.len() {
+            let mut end = (a.fed + chunk).min(prompt.len());
+            if let Some(s) = a.snapshot_at.filter(|&s| a.fed < s && s < end) {
+                end = s;
+            }
+            let r = family.prefill(&mut a.lane, &prompt[a.fed..end], end == prompt.len());
+            a.fed = end;
+            if r.is_ok() && a.snapshot_at == Some(end) {
+                self.cache.insert(prompt[..end].to_vec(), family.fork(&a.lane));
+            }
+            match r {
+                Ok(Some(l)) => l,
+                Ok(None) => return After::Continue,
+                Err(e) => return fail(a, e),
+            }
+        } else {
+            let next = a.next.expect("a lane past its prompt has a next token");
+            match family.decode(&mut a.lane, &[next]) {
+                Ok(mut rows) => rows.remove(0),
+                Err(e) => return fail(a, e),
+            }
+        };
+        emit(a, &logits, family.eos_token(), family.max_context(), &self.metrics)
+    }
+}
+
+fn fail<L>(a: &mut Active<L>, e: String) -> After {
+    let _ = a.job.events.send(Event::Error(e));
+    After::Remove(Outcome::Error)
+}
+
+/// Picks (or, forced, takes) and sends one token; a forced run ending in a stop token finishes as `Stop`, like its original.
+fn emit<L>(a: &mut Active<L>, logits: &[f32], eos: u32, max_context: usize, metrics: &Metrics) -> After {
+    let req = &a.job.req;
+    let forced = !req.forced.is_empty();
+    let id = if forced { req.forced[a.generated] } else { sample(logits, &req.sampling, &mut a.rng) };
+    let done = |finish, completion_tokens| Event::Done {
+        finish,
+        prompt_tokens: req.prompt.len(),
+        completion_tokens,
+        cached_tokens: a.cached,
+    };
+    if !forced && (id == eos || req.stop_tokens.contains(&id)) {
+        let _ = a.job.events.send(done(Finish::Stop, a.generated));
+        return After::Remove(Outcome::Stop);
+    }
+    let (logprob, top) = match req.logprobs {
+        Some(n) => {
+            let lp = log_softmax(logits);
+            (Some(lp[id as usize]), top_logprobs(&lp, n))
+        }
+        None => (None, Vec::new()),
+    };
+    let now = Instant::now();
+    let since = if a.generated == 0 { a.job.submitted } else { a.last_token };
+    metrics.token(a.generated == 0, now.duration_since(since).as_secs_f64());
+    a.last_token = now;
+    a.generated += 1;
+    if a.job.events.send(Event::Token(TokenEvent { id, logprob, top })).is_err() {
+        return After::Remove(Outcome::Abort);
+    }
+    let limit =
+        if forced { req.forced.len() } else { req.max_tokens.min(max_context.saturating_sub(req.prompt.len())) };
+    if a.generated >= limit {
+        let stopped = forced && (id == eos || req.stop_tokens.contains(&id));
+        let (finish, outcome) = if stopped { (Finish::Stop, Outcome::Stop) } else { (Finish::Length, Outcome::Length) };
+        let _ = a.job.events.send(done(finish, a.generated));
+        return After::Remove(outcome);
+    }
+    a.next = Some(id);
+    After::Continue
+}
