@@ -212,3 +212,13 @@ fn cancelling_while_queued_or_in_the_prompt_frees_everything() {
     assert!(text.contains("tf:prompt_tokens_total 44"), "two admitted prompts of 40 and 4: {text}");
     wait_until("the gauges settle at zero", || h.load() == (0, 0));
 }
+
+#[test]
+fn a_client_side_stop_counts_as_stop_not_abort() {
+    let (h, _gate, _) = recorder(Limits::default());
+    let rx = h.submit(req(1, 4, 50)).unwrap();
+    assert!(matches!(rx.recv().unwrap(), Event::Token(_)));
+    rx.stop_here();
+    wait_until("the lane is released", || h.metrics().outcome_count(Outcome::Stop) == 1);
+    assert_eq!(h.metrics().outcome_count(Outcome::Abort), 0);
+}

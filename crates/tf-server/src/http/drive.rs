@@ -34,7 +34,7 @@ pub fn drive(
     let mut dec = IncrementalDecoder::new(tok, prompt, skip_special);
     let mut stop = StopScan::new(p.stop.clone());
     let mut completion = 0;
-    for ev in rx.iter() {
+    while let Ok(ev) = rx.recv() {
         match ev {
             Event::Token(t) => {
                 completion += 1;
@@ -44,6 +44,7 @@ pub fn drive(
                 }
                 if stop.hit() {
                     let cached_tokens = rx.cached_tokens();
+                    rx.stop_here();
                     return Ok(Summary {
                         finish: "stop",
                         prompt_tokens: prompt.len(),

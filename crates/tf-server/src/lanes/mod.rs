@@ -12,7 +12,7 @@ pub use prefix::PrefixCache;
 pub use sample::{Rng, SamplingParams, argmax, log_softmax, sample, top_logprobs};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -129,13 +129,22 @@ struct Job {
     req: GenRequest,
     events: Sender<Event>,
     submitted: Instant,
-    cancel: Arc<AtomicBool>,
+    cancel: Arc<AtomicU8>,
     cached: Arc<AtomicUsize>,
 }
 
+const LIVE: u8 = 0;
+const DROPPED: u8 = 1;
+const STOPPED: u8 = 2;
+
 impl Job {
-    fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
+    /// How the client ended the request early, if it did.
+    fn cancelled(&self) -> Option<Outcome> {
+        match self.cancel.load(Ordering::Relaxed) {
+            LIVE => None,
+            STOPPED => Some(Outcome::Stop),
+            _ => Some(Outcome::Abort),
+        }
     }
 }
 
@@ -143,11 +152,16 @@ impl Job {
 #[derive(Debug)]
 pub struct Events {
     rx: Receiver<Event>,
-    cancel: Arc<AtomicBool>,
+    cancel: Arc<AtomicU8>,
     cached: Arc<AtomicUsize>,
 }
 
 impl Events {
+    /// Ends the request because the client found its stop (a stop string): counted as `stop`, not as an abort.
+    pub fn stop_here(self) {
+        self.cancel.store(STOPPED, Ordering::Relaxed);
+    }
+
     /// Prompt tokens this request took from the prompt cache (known once it has a lane).
     pub fn cached_tokens(&self) -> usize {
         self.cached.load(Ordering::Relaxed)
@@ -163,7 +177,7 @@ impl std::ops::Deref for Events {
 
 impl Drop for Events {
     fn drop(&mut self) {
-        self.cancel.store(true, Ordering::Relaxed);
+        let _ = self.cancel.compare_exchange(LIVE, DROPPED, Ordering::Relaxed, Ordering::Relaxed);
     }
 }
 
@@ -238,7 +252,7 @@ impl LaneHost {
             return Err(SubmitError::QueueFull);
         }
         let (events, rx) = mpsc::channel();
-        let (cancel, cached) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let (cancel, cached) = (Arc::new(AtomicU8::new(LIVE)), Arc::new(AtomicUsize::new(0)));
         let job = Job { req, events, submitted: Instant::now(), cancel: cancel.clone(), cached: cached.clone() };
         let sent = self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok());
         if !sent {

@@ -102,8 +102,8 @@ impl<F: Family> Scheduler<F> {
             let job = self.queue.remove(i).expect("picked from the queue");
             self.metrics.waiting.fetch_sub(1, Ordering::SeqCst);
             self.queued_tokens.fetch_sub(job.req.prompt.len(), Ordering::SeqCst);
-            if job.cancelled() {
-                self.metrics.finished(Outcome::Abort, job.submitted.elapsed().as_secs_f64());
+            if let Some(outcome) = job.cancelled() {
+                self.metrics.finished(outcome, job.submitted.elapsed().as_secs_f64());
                 continue;
             }
             let prompt = &job.req.prompt;
@@ -133,8 +133,8 @@ impl<F: Family> Scheduler<F> {
         self.decode_turn = !self.decode_turn;
         let mut remove = Vec::new();
         for i in lanes {
-            let after = if self.active[i].job.cancelled() {
-                After::Remove(Outcome::Abort)
+            let after = if let Some(outcome) = self.active[i].job.cancelled() {
+                After::Remove(outcome)
             } else {
                 catch_unwind(AssertUnwindSafe(|| self.step_lane(i))).unwrap_or_else(|_| {
                     let _ = self.active[i].job.events.send(Event::Error("internal error in the model step".into()));
@@ -214,7 +214,7 @@ fn emit<L>(a: &mut Active<L>, logits: &[f32], eos: u32, max_context: usize, metr
     a.last_token = now;
     a.generated += 1;
     if a.job.events.send(Event::Token(TokenEvent { id, logprob, top })).is_err() {
-        return After::Remove(Outcome::Abort);
+        return After::Remove(a.job.cancelled().unwrap_or(Outcome::Abort));
     }
     let limit =
         if forced { req.forced.len() } else { req.max_tokens.min(max_context.saturating_sub(req.prompt.len())) };
