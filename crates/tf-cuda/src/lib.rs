@@ -2,6 +2,14 @@
 
 pub mod arch;
 pub mod cache;
+pub mod compile;
+pub mod error;
+pub mod kernels;
+pub mod nvrtc;
 
 pub use arch::Arch;
-pub use cache::{KernelSpec, cache_key, cache_path};
+pub use cache::{KernelSpec, cache_key, cache_path, default_cache_dir};
+pub use compile::{Cached, Compiled};
+pub use error::Error;
+pub use kernels::KernelSource;
+pub use nvrtc::Nvrtc;
