@@ -1,7 +1,8 @@
-//! Cache keys for compiled kernels: a module is reused only for the same source, target and specialization.
+//! The on-disk kernel cache: a module is reused only for the same source, target, specialization and compiler.
 
 use crate::Arch;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One kernel module to compile: our own CUDA source plus the defines that specialize it.
 #[derive(Clone, Debug)]
@@ -36,4 +37,27 @@ pub fn cache_key(spec: &KernelSpec<'_>, arch: Arch, compiler: &str) -> String {
 /// Where a compiled module lives under a cache directory.
 pub fn cache_path(dir: &Path, spec: &KernelSpec<'_>, arch: Arch, compiler: &str) -> PathBuf {
     dir.join(format!("{}.cubin", cache_key(spec, arch, compiler)))
+}
+
+/// The kernel cache: `$TF_CACHE_DIR/kernels`, else `~/.cache/tensorfold/kernels` (beside the default model).
+pub fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("TF_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("HOME")
+            .map_or_else(|| PathBuf::from(".cache"), |h| PathBuf::from(h).join(".cache"))
+            .join("tensorfold")
+    });
+    base.join("kernels")
+}
+
+/// Writes `bytes` to a unique temporary file beside `path`, then renames it: readers see all or nothing.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}.{seq}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }

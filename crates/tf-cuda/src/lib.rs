@@ -2,6 +2,19 @@
 
 pub mod arch;
 pub mod cache;
+pub mod compile;
+pub mod error;
+pub mod gpu;
+pub mod kernels;
+pub mod nvrtc;
+pub mod ops;
+pub mod pool;
 
 pub use arch::Arch;
-pub use cache::{KernelSpec, cache_key, cache_path};
+pub use cache::{KernelSpec, cache_key, cache_path, default_cache_dir};
+pub use compile::{Cached, Compiled};
+pub use error::Error;
+pub use gpu::{Gpu, GpuInfo, default_nvrtc_dirs};
+pub use kernels::KernelSource;
+pub use nvrtc::Nvrtc;
+pub use pool::{DevicePool, PoolBuf, PoolStats, size_class};

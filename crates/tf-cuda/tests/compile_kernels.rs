@@ -1,0 +1,111 @@
+//! Every kernel compiles for every target with NVRTC (no GPU needed), and compiled modules are cached on disk.
+
+use std::path::{Path, PathBuf};
+use tf_cuda::{Arch, Error, KernelSpec, Nvrtc, kernels};
+
+const INSTALL_HINT: &str = "run scripts/install-nvrtc.sh (CI's .ci/run does) to put the pinned NVRTC in target/nvrtc, \
+    or point TF_NVRTC_LIB at a libnvrtc.so.13";
+
+fn kernels_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels")
+}
+
+/// Fails, never skips, without NVRTC: a kernel that does not compile must fail CI.
+fn nvrtc() -> &'static Nvrtc {
+    let pinned = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nvrtc/nvidia/cu13/lib");
+    Nvrtc::load(&[pinned]).unwrap_or_else(|e| panic!("{e}\n{INSTALL_HINT}"))
+}
+
+/// Names of the `extern "C" __global__` functions in CUDA source (after any `__launch_bounds__(...)`).
+fn entries(source: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for after in source.split("extern \"C\" __global__").skip(1) {
+        let mut rest = after.trim_start().strip_prefix("void").unwrap_or(after).trim_start();
+        if let Some(bounds) = rest.strip_prefix("__launch_bounds__") {
+            rest = bounds.split_once(')').map_or("", |(_, r)| r).trim_start();
+        }
+        let name: String = rest.chars().take_while(|c| *c == '_' || c.is_ascii_alphanumeric()).collect();
+        assert!(!name.is_empty(), "cannot read a kernel name in: {}", &after[..after.len().min(80)]);
+        out.push(name);
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn every_kernel_file_is_listed() {
+    let mut files: Vec<String> = std::fs::read_dir(kernels_dir())
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok()?.strip_suffix(".cu").map(String::from))
+        .collect();
+    files.sort();
+    let listed: Vec<String> = kernels::ALL.iter().map(|k| k.name.to_string()).collect();
+    assert_eq!(files, listed, "tf_cuda::kernels::ALL must list every kernels/*.cu, in name order");
+}
+
+#[test]
+fn every_kernel_compiles_for_every_arch() {
+    let nvrtc = nvrtc();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(kernels_dir()).unwrap().map(|e| e.unwrap().path()).collect();
+    files.retain(|p| p.extension().is_some_and(|e| e == "cu"));
+    files.sort();
+    assert!(!files.is_empty(), "no kernels/*.cu");
+    for file in files {
+        let source = std::fs::read_to_string(&file).unwrap();
+        let name = file.file_stem().unwrap().to_str().unwrap();
+        let names = entries(&source);
+        assert!(!names.is_empty(), "{name}.cu has no extern \"C\" __global__ entry");
+        let spec = KernelSpec { name, source: &source, defines: vec![] };
+        for arch in Arch::ALL {
+            let out = nvrtc.compile(&spec, arch).unwrap_or_else(|e| panic!("{e}"));
+            assert!(out.cubin.starts_with(b"\x7fELF"), "{name} for {arch}: not a cubin");
+            for entry in &names {
+                assert!(out.ptx.contains(&format!(".entry {entry}(")), "{name} for {arch}: no `{entry}` in the PTX");
+                assert!(contains(&out.cubin, entry), "{name} for {arch}: no `{entry}` in the cubin");
+            }
+        }
+    }
+}
+
+#[test]
+fn specializations_compile() {
+    let nvrtc = nvrtc();
+    for threads in ["32", "128", "1024"] {
+        let spec = kernels::RMSNORM.spec(&[("RMSNORM_THREADS", threads)]);
+        nvrtc.compile(&spec, Arch::Sm90a).unwrap_or_else(|e| panic!("RMSNORM_THREADS={threads}: {e}"));
+    }
+    let err = nvrtc.compile(&kernels::RMSNORM.spec(&[("RMSNORM_THREADS", "100")]), Arch::Sm90a).unwrap_err();
+    assert!(err.to_string().contains("a multiple of 32"), "the static_assert's message reaches the error: {err}");
+}
+
+#[test]
+fn compile_errors_name_the_kernel_and_carry_the_log() {
+    let spec =
+        KernelSpec { name: "broken", source: "extern \"C\" __global__ void k() { undeclared(); }", defines: vec![] };
+    let err = nvrtc().compile(&spec, Arch::Sm121a).unwrap_err();
+    assert!(matches!(err, Error::Compile { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("`broken`") && text.contains("sm_121a"), "{text}");
+    assert!(text.contains("broken.cu(1)") && text.contains("undeclared"), "NVRTC's log: {text}");
+}
+
+#[test]
+fn disk_cache_reuses_and_repairs_modules() {
+    let nvrtc = nvrtc();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = kernels::RMSNORM.spec(&[]);
+    let first = nvrtc.cubin_cached(dir.path(), &spec, Arch::Sm90a).unwrap();
+    assert!(!first.hit && first.path.is_file());
+    let again = nvrtc.cubin_cached(dir.path(), &spec, Arch::Sm90a).unwrap();
+    assert!(again.hit && again.cubin == first.cubin);
+    let other = nvrtc.cubin_cached(dir.path(), &spec, Arch::Sm121a).unwrap();
+    assert!(!other.hit && other.path != first.path);
+    std::fs::write(&first.path, b"truncated").unwrap();
+    let repaired = nvrtc.cubin_cached(dir.path(), &spec, Arch::Sm90a).unwrap();
+    assert!(!repaired.hit && std::fs::read(&first.path).unwrap() == first.cubin, "a bad entry is recompiled");
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "no temporary files left: {names:?}");
+}
