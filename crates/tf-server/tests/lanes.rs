@@ -1,17 +1,12 @@
 //! The lane host: concurrent requests equal their solo runs bit for bit, limits refuse cleanly, failures stay local.
 
-use std::sync::{Arc, Mutex, OnceLock};
-use tf_server::lanes::{Event, Events, Family, Finish, GenRequest, LaneHost, Limits, SamplingParams, SubmitError};
+mod common;
 
-fn tiny() -> &'static std::path::Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = tempfile::tempdir().unwrap();
-        tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, d.path()).unwrap();
-        d
-    })
-    .path()
-}
+use common::family::Scripted;
+use common::tiny;
+
+use std::sync::{Arc, Mutex};
+use tf_server::lanes::{Event, Events, Finish, GenRequest, LaneHost, Limits, SamplingParams, SubmitError};
 
 fn host(limits: Limits) -> LaneHost {
     let model = tf_server::lanes::load_dsv41(tiny(), tf_dsv41::Options::default()).unwrap();
@@ -66,51 +61,6 @@ fn bad_requests_are_refused_before_queueing() {
     assert_eq!(h.submit(too_long).unwrap_err(), SubmitError::TooLong { prompt: 256, max: 256 });
 }
 
-/// A scripted family: logits favour `(last + 1) % 16`; decoding 13 fails, decoding 14 panics; a gate can hold steps.
-struct Script {
-    gate: Arc<Mutex<()>>,
-}
-
-impl Family for Script {
-    type Lane = Vec<u32>;
-    fn new_lane(&self) -> Vec<u32> {
-        Vec::new()
-    }
-    fn fork(&self, lane: &Vec<u32>) -> Vec<u32> {
-        lane.clone()
-    }
-    fn vocab_size(&self) -> usize {
-        16
-    }
-    fn eos_token(&self) -> u32 {
-        15
-    }
-    fn max_context(&self) -> usize {
-        64
-    }
-    fn prefill(&self, lane: &mut Vec<u32>, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
-        let _held = self.gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        lane.extend_from_slice(tokens);
-        Ok(last.then(|| next_logits(lane)))
-    }
-    fn decode(&self, lane: &mut Vec<u32>, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
-        let _held = self.gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match tokens[0] {
-            13 => return Err("token 13 is refused".into()),
-            14 => panic!("token 14 breaks the model"),
-            _ => {}
-        }
-        lane.extend_from_slice(tokens);
-        Ok(vec![next_logits(lane)])
-    }
-}
-
-fn next_logits(lane: &[u32]) -> Vec<f32> {
-    let mut l = vec![0.0; 16];
-    l[((lane[lane.len() - 1] + 1) % 16) as usize] = 5.0;
-    l
-}
-
 fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
     GenRequest { prompt, max_tokens, ..GenRequest::default() }
 }
@@ -120,7 +70,7 @@ fn a_full_queue_answers_queue_full() {
     let gate = Arc::new(Mutex::new(()));
     let held = gate.lock().unwrap();
     let h = LaneHost::spawn(
-        Script { gate: gate.clone() },
+        Scripted { gate: gate.clone(), ..Scripted::default() },
         Limits { max_lanes: 1, max_queue: 2, prefill_chunk: 8, ..Limits::default() },
     );
     let a = h.submit(greedy(vec![1], 3)).unwrap();
@@ -138,7 +88,7 @@ fn a_full_queue_answers_queue_full() {
 
 #[test]
 fn a_failing_or_panicking_request_fails_alone() {
-    let h = LaneHost::spawn(Script { gate: Arc::new(Mutex::new(())) }, Limits::default());
+    let h = LaneHost::spawn(Scripted::default(), Limits::default());
     let fails = h.submit(greedy(vec![11], 5)).unwrap();
     let panics = h.submit(greedy(vec![13], 5)).unwrap();
     let fine = h.submit(greedy(vec![1], 5)).unwrap();

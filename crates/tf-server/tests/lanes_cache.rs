@@ -1,19 +1,14 @@
 //! Gates on the lane host: a resumed prompt equals a fresh one, teacher forcing equals greedy, and admission limits.
 
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
-use tf_server::lanes::{Admission, Event, Events, Family, GenRequest, LaneHost, Limits, Outcome, SamplingParams};
-use tf_server::lanes::{SubmitError, TokenEvent};
+mod common;
 
-fn tiny() -> &'static std::path::Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = tempfile::tempdir().unwrap();
-        tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, d.path()).unwrap();
-        d
-    })
-    .path()
-}
+use common::family::{Log, Scripted};
+use common::tiny;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tf_server::lanes::{Admission, Event, Events, GenRequest, LaneHost, Limits, Outcome, SamplingParams};
+use tf_server::lanes::{SubmitError, TokenEvent};
 
 fn host(limits: Limits, replay: bool) -> LaneHost {
     let opts = tf_dsv41::Options { replay, ..tf_dsv41::Options::default() };
@@ -84,49 +79,10 @@ fn forced_tokens_score_like_greedy_generation() {
     assert!(matches!(h.submit(off_path).unwrap_err(), SubmitError::BadToken { id: 100_000, .. }));
 }
 
-/// A family that logs each step as ('p' or 'd', the lane's first token); a gate can hold its steps.
-struct Recorder {
-    gate: Arc<Mutex<()>>,
-    log: Arc<Mutex<Vec<(char, u32)>>>,
-}
-
-impl Family for Recorder {
-    type Lane = Vec<u32>;
-    fn new_lane(&self) -> Vec<u32> {
-        Vec::new()
-    }
-    fn fork(&self, lane: &Vec<u32>) -> Vec<u32> {
-        lane.clone()
-    }
-    fn vocab_size(&self) -> usize {
-        16
-    }
-    fn eos_token(&self) -> u32 {
-        15
-    }
-    fn max_context(&self) -> usize {
-        64
-    }
-    fn prefill(&self, lane: &mut Vec<u32>, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
-        let _held = self.gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        lane.extend_from_slice(tokens);
-        self.log.lock().unwrap().push(('p', lane[0]));
-        Ok(last.then(|| vec![0.0; 16]))
-    }
-    fn decode(&self, lane: &mut Vec<u32>, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
-        let _held = self.gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.log.lock().unwrap().push(('d', lane[0]));
-        lane.extend_from_slice(tokens);
-        Ok(vec![vec![0.0; 16]])
-    }
-}
-
-type Log = Arc<Mutex<Vec<(char, u32)>>>;
-
 fn recorder(limits: Limits) -> (LaneHost, Arc<Mutex<()>>, Log) {
-    let (gate, log) = (Arc::new(Mutex::new(())), Arc::new(Mutex::new(Vec::new())));
-    let h = LaneHost::spawn(Recorder { gate: gate.clone(), log: log.clone() }, limits);
-    (h, gate, log)
+    let family = Scripted::default();
+    let (gate, log) = (family.gate.clone(), family.log.clone());
+    (LaneHost::spawn(family, limits), gate, log)
 }
 
 /// Requests in the order their prompts started.

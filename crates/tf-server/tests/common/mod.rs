@@ -1,6 +1,8 @@
 //! Shared by the HTTP tests: a tiny checkpoint, a server on a free loopback port, and request helpers.
 #![allow(dead_code)]
 
+pub mod family;
+
 use serde_json::{Value, json};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

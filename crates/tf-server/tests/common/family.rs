@@ -1,0 +1,56 @@
+//! A scripted family for lane-host tests: logits favour `(last + 1) % 16`, decoding 13 fails, decoding 14 panics.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use tf_server::lanes::Family;
+
+/// Steps logged as ('p' or 'd', the lane's first token).
+pub type Log = Arc<Mutex<Vec<(char, u32)>>>;
+
+/// Holding `gate` holds every model step; `log` records them in order.
+#[derive(Clone, Default)]
+pub struct Scripted {
+    pub gate: Arc<Mutex<()>>,
+    pub log: Log,
+}
+
+impl Family for Scripted {
+    type Lane = Vec<u32>;
+    fn new_lane(&self) -> Vec<u32> {
+        Vec::new()
+    }
+    fn fork(&self, lane: &Vec<u32>) -> Vec<u32> {
+        lane.clone()
+    }
+    fn vocab_size(&self) -> usize {
+        16
+    }
+    fn eos_token(&self) -> u32 {
+        15
+    }
+    fn max_context(&self) -> usize {
+        64
+    }
+    fn prefill(&self, lane: &mut Vec<u32>, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
+        let _held = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        lane.extend_from_slice(tokens);
+        self.log.lock().unwrap().push(('p', lane[0]));
+        Ok(last.then(|| next_logits(lane)))
+    }
+    fn decode(&self, lane: &mut Vec<u32>, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
+        let _held = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        self.log.lock().unwrap().push(('d', lane[0]));
+        match tokens[0] {
+            13 => return Err("token 13 is refused".into()),
+            14 => panic!("token 14 breaks the model"),
+            _ => {}
+        }
+        lane.extend_from_slice(tokens);
+        Ok(vec![next_logits(lane)])
+    }
+}
+
+fn next_logits(lane: &[u32]) -> Vec<f32> {
+    let mut l = vec![0.0; 16];
+    l[((lane[lane.len() - 1] + 1) % 16) as usize] = 5.0;
+    l
+}
