@@ -1,0 +1,66 @@
+//! The device itself: what it is, and its device-to-device copy bandwidth (the ceiling later kernels are measured against).
+
+use crate::report::{Report, median};
+use serde_json::json;
+use tf_cuda::error::DriverResultExt;
+use tf_cuda::{Error, Gpu};
+
+/// Bytes copied per timed copy: large enough that launch and tail effects vanish.
+const COPY_BYTES: usize = 4 << 30;
+const COPY_WARMUP: usize = 3;
+const COPY_REPS: usize = 20;
+
+/// Prints and records name, capability, driver, memory, SMs and the NVRTC in use.
+pub fn describe(gpu: &Gpu, report: &mut Report) -> Result<(), Error> {
+    let i = gpu.info()?;
+    let driver = format!("{}.{}", i.driver_version.0, i.driver_version.1);
+    let nvrtc = format!("{}.{} ({})", i.nvrtc_version.0, i.nvrtc_version.1, i.nvrtc_library.display());
+    println!("device {}: {}", i.ordinal, i.name);
+    println!("  compute capability {}.{} -> kernels for {}", i.capability.0, i.capability.1, i.arch);
+    println!("  driver API {driver}, {} SMs, {:.1} GiB", i.sm_count, i.total_mem as f64 / (1u64 << 30) as f64);
+    println!("  NVRTC {nvrtc}");
+    report.set(
+        "device",
+        json!({
+            "ordinal": i.ordinal, "name": i.name, "capability": format!("{}.{}", i.capability.0, i.capability.1),
+            "arch": i.arch.to_string(), "driver_api": driver, "sm_count": i.sm_count, "total_mem_bytes": i.total_mem,
+            "nvrtc": nvrtc,
+        }),
+    );
+    let case = format!("{} cc {}.{}", i.name, i.capability.0, i.capability.1);
+    report.row("device", case, format!("driver {driver}, {} SMs, target {}", i.sm_count, i.arch), true);
+    Ok(())
+}
+
+/// Median GB/s (bytes read + written, 1e9) of 4 GiB device-to-device copies, timed by events.
+pub fn copy_bandwidth(gpu: &Gpu, report: &mut Report) -> Result<f64, Error> {
+    let src = gpu.pool().take(COPY_BYTES)?;
+    let mut dst = gpu.pool().take(COPY_BYTES)?;
+    let copy = |g: &Gpu, dst: &mut tf_cuda::PoolBuf<'_>| {
+        g.stream().memcpy_dtod(&src.view(), &mut dst.view_mut()).doing(|| format!("copying {COPY_BYTES} bytes on GPU"))
+    };
+    for _ in 0..COPY_WARMUP {
+        copy(gpu, &mut dst)?;
+    }
+    let mut ms = Vec::with_capacity(COPY_REPS);
+    for _ in 0..COPY_REPS {
+        ms.push(gpu.time_ms(|g| copy(g, &mut dst))?);
+    }
+    drop((src, dst));
+    gpu.pool().release_free();
+    let gbps = |t: f32| 2.0 * COPY_BYTES as f64 / (f64::from(t) * 1e-3) / 1e9;
+    let (med, best, worst) =
+        (median(&ms), ms.iter().copied().fold(f32::MAX, f32::min), ms.iter().copied().fold(0.0, f32::max));
+    let bw = gbps(med);
+    report.set(
+        "copy_bandwidth",
+        json!({
+            "bytes_per_copy": COPY_BYTES, "counted_bytes": 2 * COPY_BYTES, "reps": COPY_REPS,
+            "median_ms": med, "min_ms": best, "max_ms": worst, "median_gbps": bw, "best_gbps": gbps(best),
+        }),
+    );
+    let ok = bw.is_finite() && bw > 0.0;
+    let result = format!("{bw:.0} GB/s median (best {:.0}, worst {:.0}) read+write", gbps(best), gbps(worst));
+    report.row("copy bandwidth", format!("4 GiB d2d ×{COPY_REPS}"), result, ok);
+    Ok(bw)
+}
