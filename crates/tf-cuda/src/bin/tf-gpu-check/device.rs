@@ -3,7 +3,7 @@
 use crate::report::{Report, median};
 use serde_json::json;
 use tf_cuda::error::DriverResultExt;
-use tf_cuda::{Error, Gpu};
+use tf_cuda::{Error, Gpu, PoolBuf};
 
 /// Bytes copied per timed copy: large enough that launch and tail effects vanish.
 const COPY_BYTES: usize = 4 << 30;
@@ -36,7 +36,7 @@ pub fn describe(gpu: &Gpu, report: &mut Report) -> Result<(), Error> {
 pub fn copy_bandwidth(gpu: &Gpu, report: &mut Report) -> Result<f64, Error> {
     let src = gpu.pool().take(COPY_BYTES)?;
     let mut dst = gpu.pool().take(COPY_BYTES)?;
-    let copy = |g: &Gpu, dst: &mut tf_cuda::PoolBuf<'_>| {
+    let copy = |g: &Gpu, dst: &mut PoolBuf<'_>| {
         g.stream().memcpy_dtod(&src.view(), &mut dst.view_mut()).doing(|| format!("copying {COPY_BYTES} bytes on GPU"))
     };
     for _ in 0..COPY_WARMUP {
@@ -63,4 +63,40 @@ pub fn copy_bandwidth(gpu: &Gpu, report: &mut Report) -> Result<f64, Error> {
     let result = format!("{bw:.0} GB/s median (best {:.0}, worst {:.0}) read+write", gbps(best), gbps(worst));
     report.row("copy bandwidth", format!("4 GiB d2d ×{COPY_REPS}"), result, ok);
     Ok(bw)
+}
+
+/// Bytes a timed kernel's inputs are spread over (several times the H200's 60 MB L2), so each run reads DRAM.
+const ROTATE_BYTES: usize = 512 << 20;
+
+/// How many copies of `bytes` of inputs exceed [`ROTATE_BYTES`] (at least 2, at most 512).
+pub fn copies_for(bytes: usize) -> usize {
+    ROTATE_BYTES.div_ceil(bytes.max(1)).clamp(2, 512)
+}
+
+/// `copies` device copies of `src` (copied on the GPU), so timed runs can rotate through them.
+pub fn replicate<'g>(gpu: &'g Gpu, src: &PoolBuf<'g>, copies: usize) -> Result<Vec<PoolBuf<'g>>, Error> {
+    (0..copies)
+        .map(|_| {
+            let mut dst = gpu.pool().take(src.len())?;
+            gpu.stream().memcpy_dtod(&src.view(), &mut dst.view_mut()).doing(|| "replicating a timing input".into())?;
+            Ok(dst)
+        })
+        .collect()
+}
+
+/// Median ms of `reps` event-timed runs of `f(gpu, i % copies)` after one untimed pass over every copy (so L2 is cold).
+pub fn cold_median_ms(
+    gpu: &Gpu,
+    copies: usize,
+    reps: usize,
+    mut f: impl FnMut(&Gpu, usize) -> Result<(), Error>,
+) -> Result<f32, Error> {
+    for i in 0..copies {
+        f(gpu, i)?;
+    }
+    let mut ms = Vec::with_capacity(reps);
+    for i in 0..reps {
+        ms.push(gpu.time_ms(|g| f(g, i % copies))?);
+    }
+    Ok(median(&ms))
 }

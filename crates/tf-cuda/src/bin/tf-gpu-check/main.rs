@@ -1,6 +1,7 @@
 //! GPU self-check: device facts, copy bandwidth, and each kernel against the CPU reference; exits nonzero on any failure.
 
 mod device;
+mod fp8;
 mod norm;
 mod report;
 
@@ -55,4 +56,9 @@ fn run(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) {
         report.row("rmsnorm_bf16", "section", e.to_string(), false);
     }
     println!("rmsnorm section took {:.1} s (first use compiles the kernel)", t.elapsed().as_secs_f32());
+    let t = std::time::Instant::now();
+    if let Err(e) = fp8::check(gpu, rng, report, copy_gbps) {
+        report.row("fp8_gemv", "section", e.to_string(), false);
+    }
+    println!("fp8 section took {:.1} s", t.elapsed().as_secs_f32());
 }
