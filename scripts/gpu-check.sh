@@ -26,7 +26,8 @@ fi
   ldd gpu-carry/tf-gpu-check
   echo "== TF_CACHE_DIR=$TF_CACHE_DIR TF_CUDA_INCLUDE=${TF_CUDA_INCLUDE:-the toolkit include dir} LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 } 2>&1 | tee "$out/host.txt"
-OUT="$out" gpu-carry/tf-gpu-check 2>&1 | tee "$out/gpu-check.log"
+# Ends the check itself before a 600 s device call would, so its own exit line still reaches the log.
+OUT="$out" timeout --signal=KILL 540 gpu-carry/tf-gpu-check 2>&1 | tee "$out/gpu-check.log"
 rc=${PIPESTATUS[0]}
 echo "gpu-check: tf-gpu-check exited $rc; logs in $out" | tee -a "$out/gpu-check.log"
 exit "$rc"

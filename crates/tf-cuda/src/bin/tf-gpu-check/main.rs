@@ -42,23 +42,29 @@ fn main() -> ExitCode {
     if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-/// Each section runs even when an earlier one failed; a section's error becomes a failed row naming it.
+/// Each section runs even when an earlier one failed; a section's error or panic becomes a failed row naming it.
 fn run(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) {
-    if let Err(e) = device::describe(gpu, report) {
-        report.row("device", "info", e.to_string(), false);
-    }
-    let copy_gbps = device::copy_bandwidth(gpu, report).unwrap_or_else(|e| {
-        report.row("copy bandwidth", "4 GiB d2d", e.to_string(), false);
-        f64::NAN
-    });
+    section(report, "device", |r| device::describe(gpu, r));
+    let mut copy_gbps = f64::NAN;
+    section(report, "copy bandwidth", |r| device::copy_bandwidth(gpu, r).map(|bw| copy_gbps = bw));
+    section(report, "rmsnorm_bf16", |r| norm::check(gpu, rng, r, copy_gbps));
+    section(report, "fp8_gemv", |r| fp8::check(gpu, rng, r, copy_gbps));
+}
+
+/// Runs one section, timing it, and records its error or panic as a failed row.
+fn section(report: &mut Report, name: &str, f: impl FnOnce(&mut Report) -> Result<(), tf_cuda::Error>) {
     let t = std::time::Instant::now();
-    if let Err(e) = norm::check(gpu, rng, report, copy_gbps) {
-        report.row("rmsnorm_bf16", "section", e.to_string(), false);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(report)));
+    let failure = match outcome {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(panic) => Some(format!(
+            "panicked: {}",
+            panic.downcast_ref::<String>().map(String::as_str).or(panic.downcast_ref::<&str>().copied()).unwrap_or("?")
+        )),
+    };
+    if let Some(what) = failure {
+        report.row(name, "section", what, false);
     }
-    println!("rmsnorm section took {:.1} s (first use compiles the kernel)", t.elapsed().as_secs_f32());
-    let t = std::time::Instant::now();
-    if let Err(e) = fp8::check(gpu, rng, report, copy_gbps) {
-        report.row("fp8_gemv", "section", e.to_string(), false);
-    }
-    println!("fp8 section took {:.1} s", t.elapsed().as_secs_f32());
+    println!("{name} section took {:.1} s", t.elapsed().as_secs_f32());
 }
