@@ -18,13 +18,15 @@ using u32 = unsigned int;
 #ifndef FP8_WSCALE_F32
 #define FP8_WSCALE_F32 0
 #endif
-// K blocks of 32 per pipeline chunk, and chunks in flight.
+// K blocks of 32 per pipeline chunk, and chunk stages: fewer for many rows, so two blocks still fit an SM.
 #ifndef FP8_CHUNK_BLOCKS
 #define FP8_CHUNK_BLOCKS 16
 #endif
 #ifndef FP8_STAGES
-#define FP8_STAGES 3
+#define FP8_STAGES (FP8_ROWS <= 4 ? 4 : 3)
 #endif
+// Blocks per SM the register budget is cut for: many rows need 2 to fill an SM; few rows fit 2 anyway.
+#define FP8_MIN_BLOCKS (FP8_ROWS > 4 ? 2 : 1)
 
 static_assert(FP8_ROWS >= 1 && FP8_ROWS <= 8, "FP8_ROWS: 1..8 activation rows per launch");
 static_assert(FP8_CHUNK_BLOCKS % 8 == 0 && FP8_CHUNK_BLOCKS <= 64, "FP8_CHUNK_BLOCKS: a multiple of the 8 warps");
@@ -121,7 +123,7 @@ __device__ __forceinline__ void load_chunk(u8* wst, u8* xst, const u8* __restric
 }  // namespace
 
 // y[r, n] = Σ_kb ((Σ_32 xq·wq) · xs[r, kb]) · ws[n/32, kb], in K order: one block per 32 outputs, all of K, 256 threads.
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, FP8_MIN_BLOCKS)
 fp8_gemv(const u8* __restrict__ w, const void* __restrict__ wscale, const u8* __restrict__ xq,
          const float* __restrict__ xscale, float* __restrict__ y, int n, int k) {
     extern __shared__ __align__(16) u8 smem[];

@@ -9,9 +9,13 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 /// Activation rows one `fp8_gemv` launch takes; more rows run as further launches of at most this many.
 pub const FP8_MAX_ROWS: usize = 8;
-/// K blocks per pipeline chunk and chunks in flight (the kernel's defaults, mirrored for its shared memory size).
+/// K blocks per pipeline chunk (the kernel's default, mirrored for its shared memory size).
 const CHUNK_BLOCKS: usize = 16;
-const STAGES: usize = 3;
+
+/// Pipeline stages the kernel uses for `rows` rows by default (`FP8_STAGES`).
+fn stages(rows: usize) -> usize {
+    if rows <= 4 { 4 } else { 3 }
+}
 
 /// How the GEMV decodes weight codes; both are exact, they differ only in which units do the work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,8 +46,8 @@ impl WeightScale {
 
 /// Dynamic shared memory of one `fp8_gemv` block for `rows` rows (the kernel traps if given less).
 pub fn fp8_gemv_smem_bytes(rows: usize) -> usize {
-    let chunk = CHUNK_BLOCKS * 32;
-    STAGES * 32 * (chunk + 16) + STAGES * rows * chunk + rows * chunk * 4 + CHUNK_BLOCKS * rows * 32 * 4
+    let (chunk, stages) = (CHUNK_BLOCKS * 32, stages(rows));
+    stages * 32 * (chunk + 16) + stages * rows * chunk + rows * chunk * 4 + CHUNK_BLOCKS * rows * 32 * 4
 }
 
 /// Quantizes `rows × k` bf16 (`x`) to E4M3 `codes` (`rows × k` bytes) and f32 power-of-two `scales` (`rows × k/32`).
