@@ -10,20 +10,29 @@ const COPY_BYTES: usize = 4 << 30;
 const COPY_WARMUP: usize = 3;
 const COPY_REPS: usize = 20;
 
+/// The kernel module's version (e.g. `580.95.05`) from `/proc/driver/nvidia/version`, which the driver API does not give.
+fn kernel_driver_version() -> String {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").unwrap_or_default();
+    let first = text.lines().next().unwrap_or("");
+    let version =
+        first.split_whitespace().find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'));
+    version.unwrap_or("unknown").to_string()
+}
+
 /// Prints and records name, capability, driver, memory, SMs and the NVRTC in use.
 pub fn describe(gpu: &Gpu, report: &mut Report) -> Result<(), Error> {
     let i = gpu.info()?;
-    let driver = format!("{}.{}", i.driver_version.0, i.driver_version.1);
+    let driver = format!("{} (CUDA {}.{})", kernel_driver_version(), i.driver_version.0, i.driver_version.1);
     let nvrtc = format!("{}.{} ({})", i.nvrtc_version.0, i.nvrtc_version.1, i.nvrtc_library.display());
     println!("device {}: {}", i.ordinal, i.name);
     println!("  compute capability {}.{} -> kernels for {}", i.capability.0, i.capability.1, i.arch);
-    println!("  driver API {driver}, {} SMs, {:.1} GiB", i.sm_count, i.total_mem as f64 / (1u64 << 30) as f64);
+    println!("  driver {driver}, {} SMs, {:.1} GiB", i.sm_count, i.total_mem as f64 / (1u64 << 30) as f64);
     println!("  NVRTC {nvrtc}");
     report.set(
         "device",
         json!({
             "ordinal": i.ordinal, "name": i.name, "capability": format!("{}.{}", i.capability.0, i.capability.1),
-            "arch": i.arch.to_string(), "driver_api": driver, "sm_count": i.sm_count, "total_mem_bytes": i.total_mem,
+            "arch": i.arch.to_string(), "driver": driver, "sm_count": i.sm_count, "total_mem_bytes": i.total_mem,
             "nvrtc": nvrtc,
         }),
     );
