@@ -17,8 +17,14 @@ impl KernelSource {
     }
 }
 
+/// `act_quant_fp8`: bf16 rows to FP8 E4M3 codes with power-of-two scales per 32, bit-exact to the CPU.
+pub const ACT_QUANT: KernelSource = KernelSource { name: "act_quant", source: include_str!("../kernels/act_quant.cu") };
+
+/// `fp8_gemv`: block-scaled FP8 weights times 1..8 quantized activation rows, in the CPU reference's order.
+pub const FP8_GEMV: KernelSource = KernelSource { name: "fp8_gemv", source: include_str!("../kernels/fp8_gemv.cu") };
+
 /// `rmsnorm_bf16`: RMSNorm of bf16 rows, one block per row.
 pub const RMSNORM: KernelSource = KernelSource { name: "rmsnorm", source: include_str!("../kernels/rmsnorm.cu") };
 
 /// Every kernel source, in file-name order.
-pub const ALL: [KernelSource; 1] = [RMSNORM];
+pub const ALL: [KernelSource; 3] = [ACT_QUANT, FP8_GEMV, RMSNORM];

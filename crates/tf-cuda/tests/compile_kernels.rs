@@ -109,3 +109,19 @@ fn disk_cache_reuses_and_repairs_modules() {
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 2, "no temporary files left: {names:?}");
 }
+
+#[test]
+fn fp8_gemv_specializations_compile_without_local_memory() {
+    let nvrtc = nvrtc();
+    let variants = (1..=8).map(|r| (r, "0", "0")).chain([(8, "1", "0"), (8, "0", "1"), (3, "1", "1")]);
+    for (rows, decode, f32_scales) in variants {
+        let rows = rows.to_string();
+        let spec =
+            kernels::FP8_GEMV.spec(&[("FP8_ROWS", &rows), ("FP8_DECODE", decode), ("FP8_WSCALE_F32", f32_scales)]);
+        let out = nvrtc.compile(&spec, Arch::Sm90a).unwrap_or_else(|e| panic!("{e}"));
+        // Register arrays demoted to local memory would show as .local in the PTX and cost a memory round trip.
+        assert!(!out.ptx.contains(".local"), "fp8_gemv rows={rows} decode={decode} f32={f32_scales}: local memory");
+    }
+    let err = nvrtc.compile(&kernels::FP8_GEMV.spec(&[("FP8_ROWS", "9")]), Arch::Sm90a).unwrap_err();
+    assert!(err.to_string().contains("1..8 activation rows"), "{err}");
+}

@@ -1,7 +1,9 @@
 //! Launchers of our kernels: each checks its shapes and buffer sizes, then queues one launch on the GPU's stream.
 
+mod fp8;
 mod rmsnorm;
 
+pub use fp8::{FP8_MAX_ROWS, Fp8Decode, WeightScale, act_quant_fp8, fp8_gemv, fp8_gemv_smem_bytes};
 pub use rmsnorm::{RMSNORM_THREADS, rmsnorm_bf16};
 
 use crate::Error;

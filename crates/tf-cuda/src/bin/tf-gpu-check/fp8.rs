@@ -1,0 +1,185 @@
+//! `act_quant_fp8` and `fp8_gemv` on the GPU against `quant_fp8_pow2` and `qgemm_f32`, then timed against the copy bandwidth.
+
+use crate::device;
+use crate::report::Report;
+use serde_json::json;
+use tf_core::formats::{e8m0_to_f32, quant_fp8_pow2};
+use tf_core::ops::{Fp8Weight, QuantActs, qgemm_f32};
+use tf_core::rng::SplitMix64;
+use tf_core::{DType, Tensor, bf16};
+use tf_cuda::ops::{self, Fp8Decode, WeightScale};
+use tf_cuda::{Error, Gpu, PoolBuf};
+
+/// (rows, out, in): decode rows against model-sized weights, and a ragged case (out not a multiple of 32, K under a chunk).
+const SHAPES: [(usize, usize, usize); 4] = [(1, 4096, 4096), (4, 7168, 2048), (8, 5120, 2304), (3, 100, 160)];
+/// Declared before measuring: 0, as exact E4M3 products go through qgemm_f32's eight-lane tree, `(p·sx)·sw` and K-order sum.
+const TOLERANCE_ABS: f32 = 0.0;
+
+/// One problem: bf16 activations, E4M3 weight codes (no NaN codes) and E8M0 scales near 1.
+struct Problem {
+    rows: usize,
+    n: usize,
+    k: usize,
+    x: Vec<bf16>,
+    w: Vec<u8>,
+    ws: Vec<u8>,
+}
+
+impl Problem {
+    fn random(rng: &mut SplitMix64, (rows, n, k): (usize, usize, usize)) -> Problem {
+        let mut x = Vec::with_capacity(rows * k);
+        for i in 0..rows * k / 32 {
+            // Groups of zeros (the amax floor), tiny values (subnormal codes) and a wide range of magnitudes.
+            let scale = match i % 11 {
+                0 => 0.0,
+                1 => 1e-7,
+                _ => (2.0f32).powi((rng.next_u64() % 24) as i32 - 12),
+            };
+            x.extend((0..32).map(|_| bf16::from_f32(rng.normal() * scale)));
+        }
+        let w = (0..n * k)
+            .map(|_| {
+                let c = rng.next_u64() as u8;
+                if c & 0x7F == 0x7F { c ^ 1 } else { c }
+            })
+            .collect();
+        let ws = (0..n.div_ceil(32) * (k / 32)).map(|_| 116 + (rng.next_u64() % 20) as u8).collect();
+        Problem { rows, n, k, x, w, ws }
+    }
+
+    fn shape(&self) -> String {
+        format!("{}×{}×{}", self.rows, self.n, self.k)
+    }
+
+    /// Bytes the GEMV reads: weight codes, weight scales, activation codes and activation scales.
+    fn bytes_read(&self) -> usize {
+        self.n * self.k + self.ws.len() + self.rows * self.k + self.rows * (self.k / 32) * 4
+    }
+}
+
+/// Device buffers of a problem, activations already quantized on the GPU.
+struct OnGpu<'g> {
+    w: PoolBuf<'g>,
+    ws: PoolBuf<'g>,
+    ws_f32: PoolBuf<'g>,
+    codes: PoolBuf<'g>,
+    scales: PoolBuf<'g>,
+}
+
+fn gemv(
+    gpu: &Gpu,
+    p: &Problem,
+    d: &OnGpu<'_>,
+    rows: usize,
+    kind: WeightScale,
+    decode: Fp8Decode,
+) -> Result<Vec<f32>, Error> {
+    let mut y = gpu.upload(&vec![f32::NAN; rows * p.n])?;
+    let ws = if kind == WeightScale::F32 { &d.ws_f32 } else { &d.ws };
+    ops::fp8_gemv(gpu, &d.w, ws, kind, &d.codes, &d.scales, &mut y, (rows, p.n, p.k), decode)?;
+    gpu.download(&y)
+}
+
+/// Max |a−b|, ‖a−b‖₂/‖b‖₂, differing elements and NaNs of `got` against `want`.
+fn compare(got: &[f32], want: &[f32]) -> (f32, f64, usize, usize) {
+    let (mut max, mut diff2, mut ref2, mut differ, mut nan) = (0.0f32, 0.0f64, 0.0f64, 0, 0);
+    for (&g, &w) in got.iter().zip(want) {
+        if g.is_nan() || w.is_nan() {
+            nan += 1;
+            continue;
+        }
+        let d = (g - w).abs();
+        max = max.max(d);
+        diff2 += f64::from(d) * f64::from(d);
+        ref2 += f64::from(w) * f64::from(w);
+        differ += usize::from(g.to_bits() != w.to_bits());
+    }
+    (max, (diff2 / ref2.max(f64::MIN_POSITIVE)).sqrt(), differ, nan + got.len().abs_diff(want.len()))
+}
+
+/// Every shape: quantized activations bit for bit, the GEMV against qgemm_f32, its variants and a row alone; then timing.
+pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) -> Result<(), Error> {
+    for shape in SHAPES {
+        let p = Problem::random(rng, shape);
+        let case = p.shape();
+        let q = quant_fp8_pow2(&p.x, 32);
+        let wt = Tensor::from_bytes(DType::F8E4M3, &[p.n, p.k], &p.w).map_err(core_err)?;
+        let st = Tensor::from_bytes(DType::F8E8M0, &[p.n.div_ceil(32), p.k / 32], &p.ws).map_err(core_err)?;
+        let weight = Fp8Weight::from_tensors("check", &wt, &st).map_err(core_err)?;
+        let want = qgemm_f32(&weight, &QuantActs::new(&p.x, p.rows, p.k));
+        let xd = gpu.upload(&p.x)?;
+        let mut codes = gpu.upload(&vec![0xFFu8; p.rows * p.k])?;
+        let mut scales = gpu.upload(&vec![f32::NAN; p.rows * p.k / 32])?;
+        ops::act_quant_fp8(gpu, &xd, &mut codes, &mut scales, p.rows, p.k)?;
+        let (gc, gs): (Vec<u8>, Vec<u32>) = (gpu.download(&codes)?, gpu.download(&scales)?);
+        let code_diff = gc.iter().zip(&q.codes).filter(|(a, b)| a != b).count();
+        let scale_diff = gs.iter().zip(&q.scales).filter(|(a, b)| **a != b.to_bits()).count();
+        let ok = code_diff == 0 && scale_diff == 0;
+        report.row("act_quant_fp8", case.as_str(), format!("{code_diff} codes, {scale_diff} scales differ"), ok);
+        let ws_f32: Vec<f32> = p.ws.iter().map(|&b| e8m0_to_f32(b)).collect();
+        let d = OnGpu { w: gpu.upload(&p.w)?, ws: gpu.upload(&p.ws)?, ws_f32: gpu.upload(&ws_f32)?, codes, scales };
+        let got = gemv(gpu, &p, &d, p.rows, WeightScale::E8m0, Fp8Decode::Hardware)?;
+        let (max_abs, rel, differ, nan) = compare(&got, &want);
+        let exact = differ == 0 && nan == 0;
+        let pass = nan == 0 && max_abs <= TOLERANCE_ABS;
+        let result = format!("max |Δ| {max_abs:e}, ‖Δ‖/‖ref‖ {rel:e}, {differ}/{} differ, {nan} NaN", want.len());
+        report.row("fp8_gemv", case.as_str(), result, pass);
+        let bits = gemv(gpu, &p, &d, p.rows, WeightScale::E8m0, Fp8Decode::Bits)? == got;
+        let f32s = gemv(gpu, &p, &d, p.rows, WeightScale::F32, Fp8Decode::Hardware)? == got;
+        let alone = p.rows == 1 || gemv(gpu, &p, &d, 1, WeightScale::E8m0, Fp8Decode::Hardware)?[..] == got[..p.n];
+        let same = format!("bit-identical: bits decode {bits}, f32 scales {f32s}, row 0 alone {alone}");
+        report.row("fp8_gemv variants", case.as_str(), same, bits && f32s && alone);
+        let mut entry = json!({
+            "rows": p.rows, "out": p.n, "in": p.k, "act_codes_differ": code_diff, "act_scales_differ": scale_diff,
+            "max_abs_diff": max_abs, "rel_l2_err": rel, "differing": differ, "nan": nan, "bit_exact": exact,
+            "tolerance_abs": TOLERANCE_ABS, "pass": pass, "bits_decode_identical": bits, "f32_scales_identical": f32s,
+            "row0_alone_identical": alone,
+        });
+        if p.n >= 1024 {
+            let timing = time(gpu, &p, &d, copy_gbps, report)?;
+            entry["timing"] = timing;
+        }
+        report.push("fp8_gemv", entry);
+        drop((xd, d));
+        gpu.pool().release_free();
+    }
+    Ok(())
+}
+
+/// Cold-L2 median of the GEMV for both decodes and of the activation quantization; bytes read over copy bandwidth.
+fn time(
+    gpu: &Gpu,
+    p: &Problem,
+    d: &OnGpu<'_>,
+    copy_gbps: f64,
+    report: &mut Report,
+) -> Result<serde_json::Value, Error> {
+    let copies = device::copies_for(p.n * p.k);
+    let ws = device::replicate(gpu, &d.w, copies)?;
+    let mut y = gpu.pool().take(p.rows * p.n * 4)?;
+    let mut out = serde_json::Map::new();
+    for decode in [Fp8Decode::Hardware, Fp8Decode::Bits] {
+        let shape = (p.rows, p.n, p.k);
+        let t = device::cold_median_ms(gpu, copies, 30.max(copies), |g, i| {
+            ops::fp8_gemv(g, &ws[i], &d.ws, WeightScale::E8m0, &d.codes, &d.scales, &mut y, shape, decode)
+        })?;
+        let gbps = p.bytes_read() as f64 / (f64::from(t) * 1e-3) / 1e9;
+        let ratio = gbps / copy_gbps;
+        let result = format!("{:.1} µs, {gbps:.0} GB/s read = {ratio:.2} of copy", t * 1e3);
+        report.row("fp8_gemv time", format!("{} {decode:?} decode", p.shape()), result, true);
+        let key = format!("{decode:?}").to_lowercase();
+        out.insert(key, json!({"median_us": t * 1e3, "gbps": gbps, "of_copy": ratio, "bytes_read": p.bytes_read()}));
+    }
+    drop(ws);
+    let xd = gpu.upload(&p.x)?;
+    let (mut codes, mut scales) = (gpu.pool().take(p.rows * p.k)?, gpu.pool().take(p.rows * p.k / 8)?);
+    let t =
+        device::cold_median_ms(gpu, 2, 30, |g, _| ops::act_quant_fp8(g, &xd, &mut codes, &mut scales, p.rows, p.k))?;
+    report.row("act_quant_fp8 time", p.shape(), format!("{:.2} µs (input in L2)", t * 1e3), true);
+    out.insert("act_quant_us".into(), json!(t * 1e3));
+    Ok(serde_json::Value::Object(out))
+}
+
+fn core_err(e: tf_core::Error) -> Error {
+    Error::Launch { op: "fp8 check data", what: e.to_string() }
+}

@@ -1,0 +1,93 @@
+//! The self-check's findings: a table printed last and the same facts as JSON for the lead's records.
+
+use serde_json::{Map, Value, json};
+use std::path::Path;
+
+/// One line of the final table.
+#[derive(Debug)]
+pub struct Row {
+    pub check: String,
+    pub case: String,
+    pub result: String,
+    pub pass: bool,
+}
+
+/// Every row and JSON section so far; a failed row or a section error makes the run fail.
+#[derive(Debug, Default)]
+pub struct Report {
+    rows: Vec<Row>,
+    json: Map<String, Value>,
+}
+
+impl Report {
+    /// Records one finding and echoes it at once, so a later crash still leaves it in the log.
+    pub fn row(&mut self, check: &str, case: impl Into<String>, result: impl Into<String>, pass: bool) {
+        let row = Row { check: check.into(), case: case.into(), result: result.into(), pass };
+        println!("[{}] {} {}: {}", if row.pass { "ok" } else { "FAIL" }, row.check, row.case, row.result);
+        self.rows.push(row);
+    }
+
+    /// Appends `value` to the JSON list `key`.
+    pub fn push(&mut self, key: &str, value: Value) {
+        let list = self.json.entry(key).or_insert_with(|| Value::Array(vec![]));
+        if let Value::Array(items) = list {
+            items.push(value);
+        }
+    }
+
+    /// Sets the JSON field `key`.
+    pub fn set(&mut self, key: &str, value: Value) {
+        self.json.insert(key.into(), value);
+    }
+
+    pub fn passed(&self) -> bool {
+        !self.rows.is_empty() && self.rows.iter().all(|r| r.pass)
+    }
+
+    /// The table: one line per row, widths from the content.
+    pub fn print_table(&self) {
+        let w = |f: fn(&Row) -> &str| self.rows.iter().map(|r| f(r).chars().count()).max().unwrap_or(0);
+        let (wc, wk) = (w(|r| &r.check), w(|r| &r.case));
+        println!("\n{:<6} {:<wc$}  {:<wk$}  result", "", "check", "case");
+        for r in &self.rows {
+            println!("{:<6} {:<wc$}  {:<wk$}  {}", if r.pass { "ok" } else { "FAIL" }, r.check, r.case, r.result);
+        }
+        let failed = self.rows.iter().filter(|r| !r.pass).count();
+        println!("{} checks, {failed} failed: {}", self.rows.len(), if self.passed() { "PASS" } else { "FAIL" });
+    }
+
+    /// Writes the JSON (sections, rows and the verdict) to `path`.
+    pub fn write_json(&self, path: &Path) -> std::io::Result<()> {
+        let mut all = self.json.clone();
+        let rows: Vec<Value> = self
+            .rows
+            .iter()
+            .map(|r| json!({"check": r.check, "case": r.case, "result": r.result, "pass": r.pass}))
+            .collect();
+        all.insert("rows".into(), Value::Array(rows));
+        all.insert("pass".into(), Value::Bool(self.passed()));
+        let text = serde_json::to_string_pretty(&Value::Object(all)).map_err(std::io::Error::other)?;
+        std::fs::write(path, text + "\n")
+    }
+}
+
+/// Median of samples (the mean of the middle two for an even count).
+pub fn median(samples: &[f32]) -> f32 {
+    let mut s = samples.to_vec();
+    s.sort_by(f32::total_cmp);
+    match s.len() {
+        0 => f32::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(super::median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(super::median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(super::median(&[]).is_nan());
+    }
+}

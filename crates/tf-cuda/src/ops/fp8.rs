@@ -1,0 +1,131 @@
+//! FP8 decode linears: activation quantization (`act_quant_fp8`) and the block-scaled GEMV (`fp8_gemv`) it feeds.
+
+use super::{as_i32, check_len};
+use crate::error::DriverResultExt;
+use crate::pool::PoolBuf;
+use crate::{Error, Gpu, kernels};
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+/// Activation rows one `fp8_gemv` launch takes; more rows run as further launches of at most this many.
+pub const FP8_MAX_ROWS: usize = 8;
+/// K blocks per pipeline chunk (the kernel's default, mirrored for its shared memory size).
+const CHUNK_BLOCKS: usize = 16;
+
+/// Pipeline stages the kernel uses for `rows` rows by default (`FP8_STAGES`).
+fn stages(rows: usize) -> usize {
+    if rows <= 4 { 4 } else { 3 }
+}
+
+/// How the GEMV decodes weight codes; both are exact, they differ only in which units do the work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp8Decode {
+    /// `cvt.rn.f16x2.e4m3x2`, then f16 to f32.
+    Hardware,
+    /// Integer bit placement, then one exact multiply by 2^120.
+    Bits,
+}
+
+/// How weight block scales are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightScale {
+    /// One E8M0 byte per 32×32 block (V4 checkpoints).
+    E8m0,
+    /// One f32 per 32×32 block.
+    F32,
+}
+
+impl WeightScale {
+    pub fn bytes(self) -> usize {
+        match self {
+            WeightScale::E8m0 => 1,
+            WeightScale::F32 => 4,
+        }
+    }
+}
+
+/// Dynamic shared memory of one `fp8_gemv` block for `rows` rows (the kernel traps if given less).
+pub fn fp8_gemv_smem_bytes(rows: usize) -> usize {
+    let (chunk, stages) = (CHUNK_BLOCKS * 32, stages(rows));
+    stages * 32 * (chunk + 16) + stages * rows * chunk + rows * chunk * 4 + CHUNK_BLOCKS * rows * 32 * 4
+}
+
+/// Quantizes `rows × k` bf16 (`x`) to E4M3 `codes` (`rows × k` bytes) and f32 power-of-two `scales` (`rows × k/32`).
+pub fn act_quant_fp8(
+    gpu: &Gpu,
+    x: &PoolBuf<'_>,
+    codes: &mut PoolBuf<'_>,
+    scales: &mut PoolBuf<'_>,
+    rows: usize,
+    k: usize,
+) -> Result<(), Error> {
+    const OP: &str = "act_quant_fp8";
+    if !k.is_multiple_of(32) {
+        return Err(Error::Launch { op: OP, what: format!("K = {k} is not a multiple of 32") });
+    }
+    let n = rows.checked_mul(k).ok_or_else(|| Error::Launch { op: OP, what: format!("{rows}×{k} overflows") })?;
+    check_len(OP, "x", x, n * 2)?;
+    check_len(OP, "codes", codes, n)?;
+    check_len(OP, "scales", scales, n / 32 * 4)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let groups = as_i32(OP, "groups", n / 32)?;
+    let f = gpu.function(&kernels::ACT_QUANT.spec(&[]), OP)?;
+    let cfg =
+        LaunchConfig { grid_dim: ((n / 32).div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(x.dev()).arg(codes.dev_mut()).arg(scales.dev_mut()).arg(&groups);
+    // SAFETY: arguments match `act_quant_fp8(const bf16*, u8*, float*, int)`; the buffers hold rows×k (checked).
+    unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {rows}×{k}"))?;
+    Ok(())
+}
+
+/// `y = qgemm_f32(w, x)` (`rows × n` f32) from E4M3 `w` `[n, k]`, `wscale` `[⌈n/32⌉, k/32]` and [`act_quant_fp8`]'s output.
+#[allow(clippy::too_many_arguments)]
+pub fn fp8_gemv(
+    gpu: &Gpu,
+    w: &PoolBuf<'_>,
+    wscale: &PoolBuf<'_>,
+    scale_kind: WeightScale,
+    codes: &PoolBuf<'_>,
+    scales: &PoolBuf<'_>,
+    y: &mut PoolBuf<'_>,
+    (rows, n, k): (usize, usize, usize),
+    decode: Fp8Decode,
+) -> Result<(), Error> {
+    const OP: &str = "fp8_gemv";
+    if !k.is_multiple_of(32) {
+        return Err(Error::Launch { op: OP, what: format!("K = {k} is not a multiple of 32") });
+    }
+    let big = |what: &str| Error::Launch { op: OP, what: format!("{what} overflows ({rows}×{n}×{k})") };
+    check_len(OP, "w", w, n.checked_mul(k).ok_or_else(|| big("n×k"))?)?;
+    check_len(OP, "wscale", wscale, n.div_ceil(32) * (k / 32) * scale_kind.bytes())?;
+    check_len(OP, "codes", codes, rows.checked_mul(k).ok_or_else(|| big("rows×k"))?)?;
+    check_len(OP, "scales", scales, rows * (k / 32) * 4)?;
+    check_len(OP, "y", y, rows.checked_mul(n).and_then(|v| v.checked_mul(4)).ok_or_else(|| big("rows×n"))?)?;
+    let (n_i, k_i) = (as_i32(OP, "n", n)?, as_i32(OP, "k", k)?);
+    for r0 in (0..rows).step_by(FP8_MAX_ROWS) {
+        let group = FP8_MAX_ROWS.min(rows - r0);
+        let group_s = group.to_string();
+        let bits = if decode == Fp8Decode::Bits { "1" } else { "0" };
+        let f32_scales = if scale_kind == WeightScale::F32 { "1" } else { "0" };
+        let defines = [("FP8_ROWS", group_s.as_str()), ("FP8_DECODE", bits), ("FP8_WSCALE_F32", f32_scales)];
+        let f = gpu.function(&kernels::FP8_GEMV.spec(&defines), OP)?;
+        let smem = fp8_gemv_smem_bytes(group);
+        let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(max_smem, smem as i32).doing(|| format!("allowing {OP} {smem} bytes of shared memory"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(32) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        let (xq, xs) = (codes.dev().slice(r0 * k..), scales.dev().slice(r0 * (k / 32) * 4..));
+        let mut out = y.dev_mut().slice_mut(r0 * n * 4..);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(w.dev()).arg(wscale.dev()).arg(&xq).arg(&xs).arg(&mut out).arg(&n_i).arg(&k_i);
+        // SAFETY: arguments match `fp8_gemv(const u8*, const void*, const u8*, const float*, float*, int, int)`, extents checked.
+        unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {group}×{n}×{k} (rows from {r0})"))?;
+    }
+    Ok(())
+}

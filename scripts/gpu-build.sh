@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the GPU self-check into gpu-carry/ (git-ignored) for the GPU machine: run here, installs nothing; see scripts/gpu-check.sh.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+carry="$root/gpu-carry"
+bins=(tf-gpu-check)
+cargo build --release --locked -p tf-cuda $(printf -- '--bin %s ' "${bins[@]}")
+rm -rf "$carry"
+mkdir -p "$carry"
+for b in "${bins[@]}"; do
+  cp "target/release/$b" "$carry/$b"
+  # Only the C runtime may be linked: libcuda and libnvrtc are dlopened at run time, Rust crates are static.
+  extra="$(ldd "$carry/$b" | grep -Ev 'linux-vdso|/ld-linux-x86-64|lib(c|m|gcc_s|pthread|dl|rt)\.so' || true)"
+  if [[ -n "$extra" ]]; then
+    echo "gpu-build: $b links more than glibc basics:" >&2
+    echo "$extra" >&2
+    exit 1
+  fi
+  glibc="$(objdump -T "$carry/$b" | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1)"
+  echo "gpu-build: $b needs at most $glibc; ldd:"
+  ldd "$carry/$b" | sed 's/^/  /'
+done
+# CUDA headers for NVRTC, used there only if the toolkit lacks them (gpu-check.sh decides).
+headers="$root/target/nvrtc/nvidia/cu13/include"
+if [[ -f "$headers/cuda_bf16.h" ]]; then
+  cp -r "$headers" "$carry/include"
+else
+  echo "gpu-build: no pinned headers in $headers (scripts/install-nvrtc.sh puts them there); carrying none" >&2
+fi
+{
+  echo "commit $(git rev-parse HEAD)$([[ -z "$(git status --porcelain -- crates scripts Cargo.toml Cargo.lock)" ]] || echo ' +uncommitted changes')"
+  echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm), $(rustc --version)"
+  (cd "$carry" && sha256sum "${bins[@]}")
+} >"$carry/MANIFEST"
+size_kib="$(du -sk "$carry" | cut -f1)"
+if ((size_kib > 60 * 1024)); then
+  echo "gpu-build: gpu-carry is ${size_kib} KiB, over the 64 MiB a device call can carry" >&2
+  exit 1
+fi
+cat "$carry/MANIFEST"
+echo "gpu-build: gpu-carry ready (${size_kib} KiB); on the GPU machine: bash scripts/gpu-check.sh"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the carried self-check on the GPU machine from the repo root; logs and gpu-check.json go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-$PWD/gpu-check-out}"
+mkdir -p "$out"
+cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
+export LD_LIBRARY_PATH="$cuda_lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export RUST_BACKTRACE=1
+# A fresh kernel cache, so this machine's NVRTC compiles every kernel the check uses.
+TF_CACHE_DIR="$(mktemp -d)"
+export TF_CACHE_DIR
+if [[ ! -f "$cuda_lib/../include/cuda_bf16.h" && -f gpu-carry/include/cuda_bf16.h ]]; then
+  export TF_CUDA_INCLUDE="$PWD/gpu-carry/include"
+fi
+if [[ ! -x gpu-carry/tf-gpu-check ]]; then
+  echo "gpu-check: no gpu-carry/tf-gpu-check; run scripts/gpu-build.sh on the build machine and carry gpu-carry" | tee "$out/gpu-check.log"
+  exit 2
+fi
+{
+  echo "== host: $(uname -srm); $(grep PRETTY_NAME /etc/os-release 2>/dev/null); $(ldd --version | head -1)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
+  echo "== carried build"
+  cat gpu-carry/MANIFEST
+  echo "== ldd gpu-carry/tf-gpu-check"
+  ldd gpu-carry/tf-gpu-check
+  echo "== TF_CACHE_DIR=$TF_CACHE_DIR TF_CUDA_INCLUDE=${TF_CUDA_INCLUDE:-the toolkit include dir} LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+} 2>&1 | tee "$out/host.txt"
+# Ends the check itself before a 600 s device call would, so its own exit line still reaches the log.
+OUT="$out" timeout --signal=KILL 540 gpu-carry/tf-gpu-check 2>&1 | tee "$out/gpu-check.log"
+rc=${PIPESTATUS[0]}
+echo "gpu-check: tf-gpu-check exited $rc; logs in $out" | tee -a "$out/gpu-check.log"
+exit "$rc"
