@@ -41,12 +41,7 @@ pub fn cache_path(dir: &Path, spec: &KernelSpec<'_>, arch: Arch, compiler: &str)
 
 /// The kernel cache: `$TF_CACHE_DIR/kernels`, else `~/.cache/tensorfold/kernels` (beside the default model).
 pub fn default_cache_dir() -> PathBuf {
-    let base = std::env::var_os("TF_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("HOME")
-            .map_or_else(|| PathBuf::from(".cache"), |h| PathBuf::from(h).join(".cache"))
-            .join("tensorfold")
-    });
-    base.join("kernels")
+    tf_core::cache_dir().join("kernels")
 }
 
 /// Writes `bytes` to a unique temporary file beside `path`, then renames it: readers see all or nothing.

@@ -32,12 +32,7 @@ impl Default for ServeConfig {
 
 /// Where the default synthetic model lives: `$TF_CACHE_DIR`, else `~/.cache/tensorfold`.
 pub fn default_model_dir() -> PathBuf {
-    let base = std::env::var_os("TF_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("HOME")
-            .map_or_else(|| PathBuf::from(".cache"), |h| PathBuf::from(h).join(".cache"))
-            .join("tensorfold")
-    });
-    base.join("dsv41-small-seed0")
+    tf_core::cache_dir().join("dsv41-small-seed0")
 }
 
 /// Writes the small synthetic dsv41 checkpoint on first use, reporting progress on stderr.
