@@ -39,18 +39,12 @@ impl Options {
                 return Err("--root given more than once".to_owned());
             }
         }
-        let root = root.unwrap_or_else(workspace_root);
+        let root = root.unwrap_or_else(crate::workspace_root);
         if !root.is_dir() {
             return Err(format!("--root {}: not a directory", root.display()));
         }
         Ok(Some(Options { root, update_baseline }))
     }
-}
-
-/// The workspace that built xtask, so the default does not depend on the current directory.
-fn workspace_root() -> PathBuf {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir.parent().unwrap_or(manifest_dir).to_owned()
 }
 
 pub(crate) fn run(args: &[String]) -> ExitCode {

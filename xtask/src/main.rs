@@ -1,14 +1,18 @@
 //! Developer tasks for TensorFold-rs, run as `cargo xtask <command>`.
 
+mod bench;
 mod lean_check;
 mod make_tiny;
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 
 commands:
+  bench cpu [criterion args] | bench gpu
+      cpu: the matmul, qgemm and fp4 benchmarks; gpu: build gpu-carry/ and run (or explain) scripts/gpu-check.sh
   lean-check [--root DIR] [--update-baseline]
       check the lean rules (file length, one-line comments) against lean-baseline.txt
   make-tiny --out DIR [--config tiny|small] [--seed N]
@@ -24,6 +28,7 @@ fn main() -> ExitCode {
     };
     let rest: Vec<String> = args.collect();
     match command.as_str() {
+        "bench" => bench::run(&rest),
         "lean-check" => lean_check::run(&rest),
         "make-tiny" => make_tiny::run(&rest),
         "-h" | "--help" | "help" => {
@@ -34,7 +39,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn usage_error(message: &str) -> ExitCode {
+/// The workspace that built xtask, so nothing depends on the current directory.
+pub(crate) fn workspace_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir).to_owned()
+}
+
+pub(crate) fn usage_error(message: &str) -> ExitCode {
     eprintln!("error: {message}\n\n{USAGE}");
     ExitCode::from(USAGE_ERROR)
 }

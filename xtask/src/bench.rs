@@ -1,0 +1,47 @@
+//! `cargo xtask bench cpu|gpu`: the benchmarks whose ratios docs/bench.md and docs/perf.md report.
+
+use std::process::{Command, ExitCode};
+
+const CPU_BENCHES: [(&str, &str); 3] = [("tf-core", "matmul"), ("tf-core", "qgemm"), ("tf-exl3", "fp4")];
+
+/// Runs one command from the workspace root, naming it when it fails.
+fn step(cmd: &mut Command) -> Result<(), String> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.current_dir(crate::workspace_root()).status().map_err(|e| format!("{shown}: {e}"))?;
+    status.success().then_some(()).ok_or_else(|| format!("{shown} failed: {status}"))
+}
+
+fn cpu(extra: &[String]) -> Result<(), String> {
+    for (package, bench) in CPU_BENCHES {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["bench", "-p", package, "--bench", bench, "--", "--warm-up-time", "1", "--measurement-time", "3"]);
+        step(cmd.args(extra))?;
+    }
+    Ok(())
+}
+
+/// Builds gpu-carry/; runs the check here when this machine has an NVIDIA driver, else says how to run it there.
+fn gpu() -> Result<(), String> {
+    step(Command::new("bash").arg("scripts/gpu-build.sh"))?;
+    let has_gpu = Command::new("nvidia-smi").arg("-L").output().is_ok_and(|o| o.status.success());
+    if has_gpu {
+        return step(Command::new("bash").arg("scripts/gpu-check.sh"));
+    }
+    println!("no GPU here: copy gpu-carry/ and scripts/ to the GPU machine and run `bash scripts/gpu-check.sh` there");
+    Ok(())
+}
+
+pub fn run(args: &[String]) -> ExitCode {
+    let r = match args.first().map(String::as_str) {
+        Some("cpu") => cpu(&args[1..]),
+        Some("gpu") => gpu(),
+        _ => return crate::usage_error("bench needs `cpu` or `gpu`"),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
