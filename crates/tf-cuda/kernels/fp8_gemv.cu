@@ -263,9 +263,9 @@ fp8_gemv_split(const u8* __restrict__ w, const void* __restrict__ wscale, const 
             const int kb = (j0 + u) * 32 + lane;
 #pragma unroll
             for (int o = 0; o < SO; ++o) {
-                // Outputs past n reuse row n-1 (in bounds); their sums are never stored.
-                const u8* p = w + (size_t)min(nb + o, n - 1) * k + (size_t)kb * 32;
+                // Addresses stay in bounds even if the pure asm load is speculated: row n-1 past n, block 0 past K.
                 const bool ok = kb < kb_total;
+                const u8* p = w + (size_t)min(nb + o, n - 1) * k + (size_t)(ok ? kb : 0) * 32;
                 wv[u][o][0] = ok ? ld_stream16(p) : make_uint4(0, 0, 0, 0);
                 wv[u][o][1] = ok ? ld_stream16(p + 16) : make_uint4(0, 0, 0, 0);
             }
