@@ -61,9 +61,8 @@ __device__ __forceinline__ float e8m0_to_f32(u32 b) {
     return b == 0xFFu ? __uint_as_float(0x7FC00000u) : b == 0u ? __uint_as_float(0x00400000u) : __uint_as_float(b << 23);
 }
 
-// Eight weights (two words, element 4*word+byte) decoded exactly to f32; sets `nan` if any code is NaN.
-__device__ __forceinline__ void decode8(u32 lo, u32 hi, float (&w)[8], u32& nan) {
-#if FP8_DECODE == 0
+// Eight E4M3 codes to f32 by the hardware cvt (exact for every code; NaN codes give NaN).
+__device__ __forceinline__ void decode8_cvt(u32 lo, u32 hi, float (&w)[8]) {
     const u32 words[2] = {lo, hi};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -74,6 +73,12 @@ __device__ __forceinline__ void decode8(u32 lo, u32 hi, float (&w)[8], u32& nan)
         w[2 * j] = f.x;
         w[2 * j + 1] = f.y;
     }
+}
+
+// Eight weights (two words, element 4*word+byte) decoded exactly to f32; sets `nan` if any code is NaN.
+__device__ __forceinline__ void decode8(u32 lo, u32 hi, float (&w)[8], u32& nan) {
+#if FP8_DECODE == 0
+    decode8_cvt(lo, hi, w);
     (void)nan;
 #else
     const u32 words[2] = {lo, hi};
@@ -207,5 +212,122 @@ fp8_gemv(const u8* __restrict__ w, const void* __restrict__ wscale, const u8* __
     if (threadIdx.x < R * NT) {
         const int r = threadIdx.x / NT, nl = threadIdx.x % NT;
         if (n0 + nl < n) y[(size_t)r * n + n0 + nl] = acc;
+    }
+}
+
+// Split-K knobs (many small blocks keep every SM's loads in flight): outputs per warp, 32-block rounds per load burst, warps.
+#ifndef FP8S_OUTS
+#define FP8S_OUTS 1
+#endif
+#ifndef FP8S_UNROLL
+#define FP8S_UNROLL 4
+#endif
+#ifndef FP8S_WARPS
+#define FP8S_WARPS 4
+#endif
+static_assert(FP8S_OUTS >= 1 && FP8S_OUTS * FP8_ROWS <= 32, "FP8S_OUTS × FP8_ROWS: one summing lane per (output, row)");
+static_assert(FP8S_UNROLL >= 1 && FP8S_UNROLL <= 8, "FP8S_UNROLL: 1..8 rounds of 32 blocks in flight");
+
+namespace {
+constexpr int SO = FP8S_OUTS, SU = FP8S_UNROLL, SWARPS = FP8S_WARPS;
+constexpr int SQ = SO * R;     // (output, row) pairs of one warp, one summing lane each
+constexpr int SPAD = 33;       // padded term row: lane q reading term l of its row hits bank (q + l) % 32
+
+// 16 weight bytes read once: not kept in L1, so the activations (read by every warp) stay there.
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+}  // namespace
+
+// Same block terms as fp8_gemv (eight-lane tree, `(p·sx)·sw`), then lane q = o·R + r adds its row's terms in K order.
+extern "C" __global__ void __launch_bounds__(SWARPS * 32)
+fp8_gemv_split(const u8* __restrict__ w, const void* __restrict__ wscale, const u8* __restrict__ xq,
+               const float* __restrict__ xscale, float* __restrict__ y, int n, int k) {
+    __shared__ float terms[SWARPS][SQ * SPAD];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int nb = (blockIdx.x * SWARPS + warp) * SO;
+    // Warp-uniform exit: no shuffles or block barriers follow.
+    if (nb >= n) return;
+    const int kb_total = k / 32;
+    float* part = terms[warp];
+    float acc = 0.0f;
+    for (int j0 = 0; j0 * 32 < kb_total; j0 += SU) {
+        uint4 wv[SU][SO][2];
+        // Every round's weights are requested before the first is used: SU·SO·32 bytes in flight per lane.
+#pragma unroll
+        for (int u = 0; u < SU; ++u) {
+            const int kb = (j0 + u) * 32 + lane;
+#pragma unroll
+            for (int o = 0; o < SO; ++o) {
+                // Addresses stay in bounds even if the pure asm load is speculated: row n-1 past n, block 0 past K.
+                const bool ok = kb < kb_total;
+                const u8* p = w + (size_t)min(nb + o, n - 1) * k + (size_t)(ok ? kb : 0) * 32;
+                wv[u][o][0] = ok ? ld_stream16(p) : make_uint4(0, 0, 0, 0);
+                wv[u][o][1] = ok ? ld_stream16(p + 16) : make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < SU; ++u) {
+            const int base = (j0 + u) * 32;
+            if (base >= kb_total) break;
+            const int kb = base + lane;
+            const bool ok = kb < kb_total;
+            const int kbc = ok ? kb : 0;
+#pragma unroll
+            for (int o = 0; o < SO; ++o) {
+                const int sc = (min(nb + o, n - 1) / 32) * kb_total + kbc;
+#if FP8_WSCALE_F32
+                const float sw = __ldg(reinterpret_cast<const float*>(wscale) + sc);
+#else
+                const float sw = e8m0_to_f32(__ldg(reinterpret_cast<const u8*>(wscale) + sc));
+#endif
+                const u32 words[8] = {wv[u][o][0].x, wv[u][o][0].y, wv[u][o][0].z, wv[u][o][0].w,
+                                      wv[u][o][1].x, wv[u][o][1].y, wv[u][o][1].z, wv[u][o][1].w};
+                float v[R][8];
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int l = 0; l < 8; ++l) v[r][l] = 0.0f;
+                u32 nan = 0;
+#pragma unroll
+                for (int g = 0; g < 4; ++g) {
+                    float wf[8];
+                    decode8(words[2 * g], words[2 * g + 1], wf, nan);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const uint2 xc = __ldg(reinterpret_cast<const uint2*>(xq + (size_t)r * k + kbc * 32 + g * 8));
+                        float xf[8];
+                        decode8_cvt(xc.x, xc.y, xf);
+#pragma unroll
+                        for (int l = 0; l < 8; ++l) v[r][l] = __fmaf_rn(xf[l], wf[l], v[r][l]);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const float (&a)[8] = v[r];
+                    float p = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
+                                        __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
+                    p = nan ? __uint_as_float(0x7FC00000u) : p;
+                    const float sx = __ldg(xscale + r * kb_total + kbc);
+                    // A missing block's term is +0; acc starts at +0 and x + y is -0 only when both are, so it adds nothing.
+                    part[(o * R + r) * SPAD + lane] = ok ? __fmul_rn(__fmul_rn(p, sx), sw) : 0.0f;
+                }
+            }
+            __syncwarp();
+            // Lane q sums (output, row) q's 32 terms of this round: blocks base..base+31, in K order.
+            if (lane < SQ) {
+#pragma unroll 8
+                for (int l = 0; l < 32; ++l) acc = __fadd_rn(acc, part[lane * SPAD + l]);
+            }
+            __syncwarp();
+        }
+    }
+    if (lane < SQ) {
+        const int o = lane / R, r = lane % R;
+        if (nb + o < n) y[(size_t)r * n + nb + o] = acc;
     }
 }

@@ -125,3 +125,31 @@ fn fp8_gemv_specializations_compile_without_local_memory() {
     let err = nvrtc.compile(&kernels::FP8_GEMV.spec(&[("FP8_ROWS", "9")]), Arch::Sm90a).unwrap_err();
     assert!(err.to_string().contains("1..8 activation rows"), "{err}");
 }
+
+#[test]
+fn fp8_gemv_split_specializations_compile_without_local_memory() {
+    let nvrtc = nvrtc();
+    // Four outputs per warp only for 1-2 rows: at 4+ rows ptxas needs 255 registers and spills (hoisted activations).
+    let split = [("1", "4"), ("1", "8"), ("2", "2")];
+    let rows = ["1", "4", "8"];
+    let mut variants: Vec<_> = split.iter().flat_map(|&(o, u)| rows.map(|r| (r, o, u, "0", "0"))).collect();
+    // Plus the other decodes and scales, as tf-gpu-check checks them.
+    variants.extend([("1", "4", "1", "0", "0"), ("2", "4", "1", "1", "1"), ("3", "2", "2", "1", "1")]);
+    for (rows, outs, unroll, decode, f32_scales) in variants {
+        let defines = [
+            ("FP8_ROWS", rows),
+            ("FP8S_OUTS", outs),
+            ("FP8S_UNROLL", unroll),
+            ("FP8_DECODE", decode),
+            ("FP8_WSCALE_F32", f32_scales),
+        ];
+        let out = nvrtc.compile(&kernels::FP8_GEMV.spec(&defines), Arch::Sm90a).unwrap_or_else(|e| panic!("{e}"));
+        if std::env::var_os("TF_PTXAS_LOG").is_some() {
+            println!("rows {rows} outs {outs} unroll {unroll} decode {decode} f32 {f32_scales}: {}", out.log.trim());
+        }
+        assert!(!out.ptx.contains(".local"), "fp8_gemv_split {defines:?}: local memory");
+    }
+    let err =
+        nvrtc.compile(&kernels::FP8_GEMV.spec(&[("FP8_ROWS", "8"), ("FP8S_OUTS", "5")]), Arch::Sm90a).unwrap_err();
+    assert!(err.to_string().contains("one summing lane per (output, row)"), "{err}");
+}

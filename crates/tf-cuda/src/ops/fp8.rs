@@ -44,6 +44,25 @@ impl WeightScale {
     }
 }
 
+/// Which `fp8_gemv.cu` entry runs; every kernel computes the same bits, they differ only in how work is spread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp8Kernel {
+    /// `fp8_gemv`: 32 outputs per block (one per lane), 8 warps splitting K, a cp.async pipeline.
+    Pipelined,
+    /// `fp8_gemv_split`: `outs` outputs per warp, lanes taking different 32-blocks of K, `unroll` rounds in flight.
+    Split { outs: usize, unroll: usize, warps: usize },
+}
+
+impl Fp8Kernel {
+    /// A short name for tables, e.g. `split o1 u4 w4`.
+    pub fn label(self) -> String {
+        match self {
+            Fp8Kernel::Pipelined => "pipelined".into(),
+            Fp8Kernel::Split { outs, unroll, warps } => format!("split o{outs} u{unroll} w{warps}"),
+        }
+    }
+}
+
 /// Dynamic shared memory of one `fp8_gemv` block for `rows` rows (the kernel traps if given less).
 pub fn fp8_gemv_smem_bytes(rows: usize) -> usize {
     let (chunk, stages) = (CHUNK_BLOCKS * 32, stages(rows));
@@ -94,6 +113,23 @@ pub fn fp8_gemv(
     (rows, n, k): (usize, usize, usize),
     decode: Fp8Decode,
 ) -> Result<(), Error> {
+    fp8_gemv_with(gpu, w, wscale, scale_kind, codes, scales, y, (rows, n, k), decode, Fp8Kernel::Pipelined)
+}
+
+/// [`fp8_gemv`] by a chosen kernel (the same bits from each).
+#[allow(clippy::too_many_arguments)]
+pub fn fp8_gemv_with(
+    gpu: &Gpu,
+    w: &PoolBuf<'_>,
+    wscale: &PoolBuf<'_>,
+    scale_kind: WeightScale,
+    codes: &PoolBuf<'_>,
+    scales: &PoolBuf<'_>,
+    y: &mut PoolBuf<'_>,
+    (rows, n, k): (usize, usize, usize),
+    decode: Fp8Decode,
+    kernel: Fp8Kernel,
+) -> Result<(), Error> {
     const OP: &str = "fp8_gemv";
     if !k.is_multiple_of(32) {
         return Err(Error::Launch { op: OP, what: format!("K = {k} is not a multiple of 32") });
@@ -107,18 +143,33 @@ pub fn fp8_gemv(
     let (n_i, k_i) = (as_i32(OP, "n", n)?, as_i32(OP, "k", k)?);
     for r0 in (0..rows).step_by(FP8_MAX_ROWS) {
         let group = FP8_MAX_ROWS.min(rows - r0);
-        let group_s = group.to_string();
         let bits = if decode == Fp8Decode::Bits { "1" } else { "0" };
         let f32_scales = if scale_kind == WeightScale::F32 { "1" } else { "0" };
-        let defines = [("FP8_ROWS", group_s.as_str()), ("FP8_DECODE", bits), ("FP8_WSCALE_F32", f32_scales)];
-        let f = gpu.function(&kernels::FP8_GEMV.spec(&defines), OP)?;
-        let smem = fp8_gemv_smem_bytes(group);
-        let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        f.set_attribute(max_smem, smem as i32).doing(|| format!("allowing {OP} {smem} bytes of shared memory"))?;
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(32) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: smem as u32,
+        let mut defines =
+            vec![("FP8_ROWS", group.to_string()), ("FP8_DECODE", bits.into()), ("FP8_WSCALE_F32", f32_scales.into())];
+        let (f, cfg) = match kernel {
+            Fp8Kernel::Pipelined => {
+                let f = gpu.function(&kernels::FP8_GEMV.spec(&borrow(&defines)), OP)?;
+                let smem = fp8_gemv_smem_bytes(group);
+                let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+                f.set_attribute(max_smem, smem as i32)
+                    .doing(|| format!("allowing {OP} {smem} bytes of shared memory"))?;
+                let grid = (n.div_ceil(32) as u32, 1, 1);
+                (f, LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: smem as u32 })
+            }
+            Fp8Kernel::Split { outs, unroll, warps } => {
+                if outs == 0 || outs * group > 32 || !(1..=8).contains(&unroll) || !(1..=32).contains(&warps) {
+                    return Err(Error::Launch {
+                        op: OP,
+                        what: format!("bad split kernel {kernel:?} for {group} rows"),
+                    });
+                }
+                defines.extend([("FP8S_OUTS", outs.to_string()), ("FP8S_UNROLL", unroll.to_string())]);
+                defines.push(("FP8S_WARPS", warps.to_string()));
+                let f = gpu.function(&kernels::FP8_GEMV.spec(&borrow(&defines)), "fp8_gemv_split")?;
+                let grid = (n.div_ceil(outs * warps) as u32, 1, 1);
+                (f, LaunchConfig { grid_dim: grid, block_dim: (32 * warps as u32, 1, 1), shared_mem_bytes: 0 })
+            }
         };
         let (xq, xs) = (codes.dev().slice(r0 * k..), scales.dev().slice(r0 * (k / 32) * 4..));
         let mut out = y.dev_mut().slice_mut(r0 * n * 4..);
@@ -128,4 +179,9 @@ pub fn fp8_gemv(
         unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {group}×{n}×{k} (rows from {r0})"))?;
     }
     Ok(())
+}
+
+/// `(&str, &str)` views of owned defines, as `KernelSource::spec` takes them.
+fn borrow<'a>(defines: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    defines.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }

@@ -3,7 +3,9 @@
 mod fp8;
 mod rmsnorm;
 
-pub use fp8::{FP8_MAX_ROWS, Fp8Decode, WeightScale, act_quant_fp8, fp8_gemv, fp8_gemv_smem_bytes};
+pub use fp8::{
+    FP8_MAX_ROWS, Fp8Decode, Fp8Kernel, WeightScale, act_quant_fp8, fp8_gemv, fp8_gemv_smem_bytes, fp8_gemv_with,
+};
 pub use rmsnorm::{RMSNORM_THREADS, rmsnorm_bf16};
 
 use crate::Error;

@@ -7,7 +7,7 @@ use tf_core::formats::{e8m0_to_f32, quant_fp8_pow2};
 use tf_core::ops::{Fp8Weight, QuantActs, qgemm_f32};
 use tf_core::rng::SplitMix64;
 use tf_core::{DType, Tensor, bf16};
-use tf_cuda::ops::{self, Fp8Decode, WeightScale};
+use tf_cuda::ops::{self, Fp8Decode, Fp8Kernel, WeightScale};
 use tf_cuda::{Error, Gpu, PoolBuf};
 
 /// (rows, out, in): decode rows against model-sized weights, and a ragged case (out not a multiple of 32, K under a chunk).
@@ -51,9 +51,9 @@ impl Problem {
         format!("{}×{}×{}", self.rows, self.n, self.k)
     }
 
-    /// Bytes the GEMV reads: weight codes, weight scales, activation codes and activation scales.
-    fn bytes_read(&self) -> usize {
-        self.n * self.k + self.ws.len() + self.rows * self.k + self.rows * (self.k / 32) * 4
+    /// Bytes the GEMV reads for `rows` rows: weight codes, weight scales, activation codes and activation scales.
+    fn bytes_read(&self, rows: usize) -> usize {
+        self.n * self.k + self.ws.len() + rows * self.k + rows * (self.k / 32) * 4
     }
 }
 
@@ -74,10 +74,33 @@ fn gemv(
     kind: WeightScale,
     decode: Fp8Decode,
 ) -> Result<Vec<f32>, Error> {
+    gemv_with(gpu, p, d, rows, kind, decode, Fp8Kernel::Pipelined)
+}
+
+fn gemv_with(
+    gpu: &Gpu,
+    p: &Problem,
+    d: &OnGpu<'_>,
+    rows: usize,
+    kind: WeightScale,
+    decode: Fp8Decode,
+    kernel: Fp8Kernel,
+) -> Result<Vec<f32>, Error> {
     let mut y = gpu.upload(&vec![f32::NAN; rows * p.n])?;
     let ws = if kind == WeightScale::F32 { &d.ws_f32 } else { &d.ws };
-    ops::fp8_gemv(gpu, &d.w, ws, kind, &d.codes, &d.scales, &mut y, (rows, p.n, p.k), decode)?;
+    ops::fp8_gemv_with(gpu, &d.w, ws, kind, &d.codes, &d.scales, &mut y, (rows, p.n, p.k), decode, kernel)?;
     gpu.download(&y)
+}
+
+/// The kernels timed side by side: the pipelined baseline first, then split-K shapes (predictions in docs/perf-notes.md).
+fn kernels_for(rows: usize) -> Vec<Fp8Kernel> {
+    let split = |outs, unroll| Fp8Kernel::Split { outs, unroll, warps: 4 };
+    let mut all = vec![Fp8Kernel::Pipelined, split(1, 4), split(1, 8), split(2, 2)];
+    // Four outputs per warp spill at 4+ rows (ptxas: 255 registers), so only for 1-2.
+    if rows <= 2 {
+        all.push(split(4, 1));
+    }
+    all
 }
 
 /// Max |a−b|, ‖a−b‖₂/‖b‖₂, differing elements and NaNs of `got` against `want`.
@@ -129,11 +152,26 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
         let alone = p.rows == 1 || gemv(gpu, &p, &d, 1, WeightScale::E8m0, Fp8Decode::Hardware)?[..] == got[..p.n];
         let same = format!("bit-identical: bits decode {bits}, f32 scales {f32s}, row 0 alone {alone}");
         report.row("fp8_gemv variants", case.as_str(), same, bits && f32s && alone);
+        let mut split_ok = serde_json::Map::new();
+        for kernel in kernels_for(p.rows).into_iter().skip(1) {
+            let e8 = WeightScale::E8m0;
+            let got_k = gemv_with(gpu, &p, &d, p.rows, e8, Fp8Decode::Hardware, kernel)?;
+            let (_, _, differ_k, nan_k) = compare(&got_k, &want);
+            let alone_k =
+                p.rows == 1 || gemv_with(gpu, &p, &d, 1, e8, Fp8Decode::Hardware, kernel)?[..] == got_k[..p.n];
+            // The other decode and scale paths of the split kernel, once per shape, must give the same bits.
+            let bits_k = gemv_with(gpu, &p, &d, p.rows, WeightScale::F32, Fp8Decode::Bits, kernel)? == got_k;
+            let result =
+                format!("{differ_k}/{} differ, {nan_k} NaN; row 0 alone {alone_k}, bits+f32 {bits_k}", want.len());
+            let ok = differ_k == 0 && nan_k == 0 && alone_k && bits_k;
+            report.row("fp8_gemv split", format!("{case} {}", kernel.label()), result, ok);
+            split_ok.insert(kernel.label(), json!(ok));
+        }
         let mut entry = json!({
             "rows": p.rows, "out": p.n, "in": p.k, "act_codes_differ": code_diff, "act_scales_differ": scale_diff,
             "max_abs_diff": max_abs, "rel_l2_err": rel, "differing": differ, "nan": nan, "bit_exact": exact,
             "tolerance_abs": TOLERANCE_ABS, "pass": pass, "bits_decode_identical": bits, "f32_scales_identical": f32s,
-            "row0_alone_identical": alone,
+            "row0_alone_identical": alone, "split_variants_exact": split_ok,
         });
         if p.n >= 1024 {
             let timing = time(gpu, &p, &d, copy_gbps, report)?;
@@ -146,7 +184,10 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
     Ok(())
 }
 
-/// Cold-L2 median of the GEMV for both decodes and of the activation quantization; bytes read over copy bandwidth.
+/// Rows each weight shape is timed at (the activations for them are random codes, made on the host).
+const TIME_ROWS: [usize; 3] = [1, 4, 8];
+
+/// Cold-L2 median of every kernel at 1, 4 and 8 rows, and of the activation quantization; bytes read over copy bandwidth.
 fn time(
     gpu: &Gpu,
     p: &Problem,
@@ -156,19 +197,31 @@ fn time(
 ) -> Result<serde_json::Value, Error> {
     let copies = device::copies_for(p.n * p.k);
     let ws = device::replicate(gpu, &d.w, copies)?;
-    let mut y = gpu.pool().take(p.rows * p.n * 4)?;
-    let mut out = serde_json::Map::new();
-    for decode in [Fp8Decode::Hardware, Fp8Decode::Bits] {
-        let shape = (p.rows, p.n, p.k);
-        let t = device::cold_median_ms(gpu, copies, 30.max(copies), |g, i| {
-            ops::fp8_gemv(g, &ws[i], &d.ws, WeightScale::E8m0, &d.codes, &d.scales, &mut y, shape, decode)
-        })?;
-        let gbps = p.bytes_read() as f64 / (f64::from(t) * 1e-3) / 1e9;
-        let ratio = gbps / copy_gbps;
-        let result = format!("{:.1} µs, {gbps:.0} GB/s read = {ratio:.2} of copy", t * 1e3);
-        report.row("fp8_gemv time", format!("{} {decode:?} decode", p.shape()), result, true);
-        let key = format!("{decode:?}").to_lowercase();
-        out.insert(key, json!({"median_us": t * 1e3, "gbps": gbps, "of_copy": ratio, "bytes_read": p.bytes_read()}));
+    let max_rows = TIME_ROWS[TIME_ROWS.len() - 1];
+    // Timing activations: random finite codes and power-of-two scales (values do not change the work).
+    let mut rng = SplitMix64::new(p.n as u64 * 31 + p.k as u64);
+    let codes: Vec<u8> = (0..max_rows * p.k).map(|_| (rng.next_u64() as u8) & 0xF7).collect();
+    let scales: Vec<f32> = (0..max_rows * p.k / 32).map(|_| (2.0f32).powi((rng.next_u64() % 16) as i32 - 8)).collect();
+    let (codes, scales) = (gpu.upload(&codes)?, gpu.upload(&scales)?);
+    let mut y = gpu.pool().take(max_rows * p.n * 4)?;
+    let mut out = Vec::new();
+    for rows in TIME_ROWS {
+        let bytes = p.bytes_read(rows);
+        let runs = kernels_for(rows).into_iter().map(|k| (k, Fp8Decode::Hardware));
+        for (kernel, decode) in runs.chain([(Fp8Kernel::Pipelined, Fp8Decode::Bits)]) {
+            let shape = (rows, p.n, p.k);
+            let t = device::cold_median_ms(gpu, copies, 30.max(copies), |g, i| {
+                let e8 = WeightScale::E8m0;
+                ops::fp8_gemv_with(g, &ws[i], &d.ws, e8, &codes, &scales, &mut y, shape, decode, kernel)
+            })?;
+            let gbps = bytes as f64 / (f64::from(t) * 1e-3) / 1e9;
+            let ratio = gbps / copy_gbps;
+            let label = format!("{}{}", kernel.label(), if decode == Fp8Decode::Bits { " bits" } else { "" });
+            let result = format!("{:6.1} µs {gbps:5.0} GB/s {ratio:.2} of copy", t * 1e3);
+            report.row("fp8_gemv time", format!("{label:<16} {rows}×{}×{}", p.n, p.k), result, true);
+            out.push(json!({"kernel": label, "rows": rows, "out": p.n, "in": p.k, "median_us": t * 1e3,
+                "gbps": gbps, "of_copy": ratio, "bytes_read": bytes}));
+        }
     }
     drop(ws);
     let xd = gpu.upload(&p.x)?;
@@ -176,8 +229,7 @@ fn time(
     let t =
         device::cold_median_ms(gpu, 2, 30, |g, _| ops::act_quant_fp8(g, &xd, &mut codes, &mut scales, p.rows, p.k))?;
     report.row("act_quant_fp8 time", p.shape(), format!("{:.2} µs (input in L2)", t * 1e3), true);
-    out.insert("act_quant_us".into(), json!(t * 1e3));
-    Ok(serde_json::Value::Object(out))
+    Ok(json!({"kernels": out, "act_quant_us": t * 1e3}))
 }
 
 fn core_err(e: tf_core::Error) -> Error {
