@@ -6,6 +6,7 @@ cd "$root"
 carry="$root/gpu-carry"
 bins=(tf-gpu-check)
 cargo build --release --locked -p tf-cuda $(printf -- '--bin %s ' "${bins[@]}")
+cargo build --release --locked -p tf-exl3 --bin tf-exl3-gpu-check; bins+=(tf-exl3-gpu-check)
 rm -rf "$carry"
 mkdir -p "$carry"
 for b in "${bins[@]}"; do

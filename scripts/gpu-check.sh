@@ -30,4 +30,5 @@ fi
 OUT="$out" timeout --signal=KILL 540 gpu-carry/tf-gpu-check 2>&1 | tee "$out/gpu-check.log"
 rc=${PIPESTATUS[0]}
 echo "gpu-check: tf-gpu-check exited $rc; logs in $out" | tee -a "$out/gpu-check.log"
+OUT="$out" timeout --signal=KILL 240 gpu-carry/tf-exl3-gpu-check 2>&1 | tee "$out/exl3-gpu-check.log"; r=${PIPESTATUS[0]}; echo "gpu-check: tf-exl3-gpu-check exited $r" | tee -a "$out/exl3-gpu-check.log"; ((rc != 0)) || rc=$r
 exit "$rc"

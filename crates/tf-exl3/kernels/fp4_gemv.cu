@@ -1,0 +1,233 @@
+// FP4 expert GEMV for decode (tf_exl3::Fp4Weight::forward_f32): the same exact products, adds and order, so the same bits.
+#include <cuda_fp16.h>
+
+// NVRTC has no <stdint.h>; these are the fixed widths on every CUDA target.
+using u8 = unsigned char;
+using u16 = unsigned short;
+using u32 = unsigned int;
+
+// Activation rows per launch (1..8); each count is its own specialization, and a row's ops never depend on it.
+#ifndef FP4_ROWS
+#define FP4_ROWS 1
+#endif
+// Weight rows a thread loads per segment: its 16-byte loads in flight, and how often one activation block is reused.
+#ifndef FP4_RT
+#define FP4_RT 8
+#endif
+// Most threads a launch may use (the host's plan picks 32..this); registers are budgeted for it.
+#ifndef FP4_MAX_THREADS
+#define FP4_MAX_THREADS 288
+#endif
+
+static_assert(FP4_ROWS >= 1 && FP4_ROWS <= 8, "FP4_ROWS: 1..8 activation rows per launch");
+static_assert(FP4_RT >= 1 && FP4_RT * FP4_ROWS <= 32, "FP4_RT: 1..32/FP4_ROWS weight rows per thread");
+static_assert(FP4_MAX_THREADS % 32 == 0 && FP4_MAX_THREADS <= 1024, "FP4_MAX_THREADS: a multiple of 32, at most 1024");
+
+// Two blocks of the grid per SM for one or two rows (registers capped near 112); more rows are FMA-bound, so one.
+#define FP4_MIN_BLOCKS (FP4_ROWS <= 2 ? 2 : 1)
+
+namespace {
+constexpr int R = FP4_ROWS;
+constexpr int RT = FP4_RT;
+// One or two rows of a thread's activation block (32 or 64 floats) stay in registers across its RT weight rows.
+constexpr bool XREG = R <= 2;
+// Floats per activation block in shared memory: 4 of padding put lanes 144 bytes apart, in distinct banks.
+constexpr int XBLK = 36;
+
+// E8M0 byte -> 2^(b-127); 0 is the f32 subnormal 2^-127 and 255 is NaN, as tf_core's e8m0_to_f32.
+__device__ __forceinline__ float e8m0_to_f32(u32 b) {
+    const float v = __uint_as_float(b == 0u ? 0x00400000u : b << 23);
+    return b == 0xFFu ? __uint_as_float(0x7FC00000u) : v;
+}
+
+// Four E4M3 codes (byte i is element i) -> exact f32 by the hardware cvt; 0x7F/0xFF become NaN, as tf_core's table.
+__device__ __forceinline__ float4 e4m3x4_to_f32(u32 q) {
+    u32 lo, hi;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(lo) : "h"((u16)q));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hi) : "h"((u16)(q >> 16)));
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// Eight E2M1 codes (nibble j = element j) -> value × 2^-14: magnitude bits become an f16's exponent foot and mantissa top.
+__device__ __forceinline__ void e2m1x8_scaled(u32 q, float (&w)[8]) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        // Each half's top nibble (elements 3-p, 7-p) becomes an f16 from one opaque shift, so both masks share it.
+        u32 s = q;
+        if (p > 0) asm("shl.b32 %0, %1, %2;" : "=r"(s) : "r"(q), "r"(4 * p));
+        const u32 h = (s & 0x80008000u) + ((s & 0x70007000u) >> 3);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+        w[3 - p] = f.x;
+        w[7 - p] = f.y;
+    }
+}
+
+// The reference's lane tree ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)).
+__device__ __forceinline__ float tree8(const float (&a)[8]) {
+    return __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
+                     __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
+}
+
+// Weights are read once: skip L1 so they do not evict the activations.
+__device__ __forceinline__ uint4 ld_stream(const u8* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// Shared memory of a launch: activations [R][seg][XBLK] then partials [G*R][PS]; the host computes the same.
+__device__ __forceinline__ int part_stride(int seg) { return ((seg + 31) & ~31) + 4; }
+
+__device__ __forceinline__ u32 smem_need(int seg, int m) {
+    return 4u * (u32)(R * seg * XBLK + RT * m * R * part_stride(seg));
+}
+
+// Rows n0..n0+G of one GEMV: thread t owns K block t % seg of each segment and rows t / seg + m*i, so a warp reads 512 contiguous bytes.
+__device__ __forceinline__ void gemv_tile(const u8* __restrict__ w, const u8* __restrict__ ws,
+                                          const u8* __restrict__ xq, const float* __restrict__ xs,
+                                          float* __restrict__ y, int ystride, int n, int k, int seg, int n0,
+                                          float* smem) {
+    const int t = threadIdx.x, m = blockDim.x / seg, kbl = t % seg, phase = t / seg;
+    const int kbt = k / 32, ps = part_stride(seg), nout = RT * m * R;
+    const size_t wrow = (size_t)k / 2;
+    float* xf = smem;
+    float* part = smem + R * seg * XBLK;
+    float acc = 0.0f;
+    for (int kb0 = 0; kb0 < kbt; kb0 += seg) {
+        const int nb = min(seg, kbt - kb0), kb = kb0 + kbl;
+        const bool kvalid = kbl < nb;
+        // Weight loads first, so they are in flight while the activations are decoded.
+        uint4 wv[RT];
+        u32 sb[RT];
+#pragma unroll
+        for (int i = 0; i < RT; ++i) {
+            const int row = n0 + phase + m * i;
+            const bool ok = kvalid && row < n;
+            // The address is clamped too: the compiler may run a non-volatile load before the test that guards it.
+            const int rc = min(row, n - 1), kc = min(kb, kbt - 1);
+            const uint4 v = ld_stream(w + rc * wrow + (size_t)kc * 16);
+            wv[i] = ok ? v : make_uint4(0, 0, 0, 0);
+            sb[i] = ok ? (u32)__ldg(ws + (size_t)rc * kbt + kc) : 127u;
+        }
+        // This segment's activation codes as f32, decoded once per block of the grid.
+        for (int i = t; i < R * nb * 8; i += blockDim.x) {
+            const int r = i / (nb * 8), j = i % (nb * 8);
+            const u32 q = __ldg(reinterpret_cast<const u32*>(xq + (size_t)r * k + (size_t)kb0 * 32) + j);
+            *reinterpret_cast<float4*>(xf + (r * seg + j / 8) * XBLK + (j % 8) * 4) = e4m3x4_to_f32(q);
+        }
+        __syncthreads();
+        if (kvalid) {
+            float sx[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) sx[r] = __ldg(xs + (size_t)r * kbt + kb);
+            float xr[XREG ? R : 1][32];
+            if (XREG) {
+#pragma unroll
+                for (int r = 0; r < (XREG ? R : 1); ++r)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        const float4 v = *reinterpret_cast<const float4*>(xf + (r * seg + kbl) * XBLK + 4 * j);
+                        xr[r][4 * j] = v.x, xr[r][4 * j + 1] = v.y, xr[r][4 * j + 2] = v.z, xr[r][4 * j + 3] = v.w;
+                    }
+            }
+#pragma unroll
+            for (int i = 0; i < RT; ++i) {
+                const int g = phase + m * i;
+                if (n0 + g >= n) continue;
+                const u32 words[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
+                float v[R][8];
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int l = 0; l < 8; ++l) v[r][l] = 0.0f;
+                // Element 8c+l adds into lane l; every product of an E4M3 and an E2M1 value is exact, so fma = add.
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    float wf[8];
+                    e2m1x8_scaled(words[c], wf);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        float xc[8];
+                        if (XREG) {
+#pragma unroll
+                            for (int l = 0; l < 8; ++l) xc[l] = xr[XREG ? r : 0][8 * c + l];
+                        } else {
+                            const float* xp = xf + (r * seg + kbl) * XBLK + 8 * c;
+                            const float4 a = *reinterpret_cast<const float4*>(xp);
+                            const float4 b = *reinterpret_cast<const float4*>(xp + 4);
+                            xc[0] = a.x, xc[1] = a.y, xc[2] = a.z, xc[3] = a.w;
+                            xc[4] = b.x, xc[5] = b.y, xc[6] = b.z, xc[7] = b.w;
+                        }
+#pragma unroll
+                        for (int l = 0; l < 8; ++l) v[r][l] = __fmaf_rn(xc[l], wf[l], v[r][l]);
+                    }
+                }
+                const float sw = e8m0_to_f32(sb[i]);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    // Lane sums (multiples of 2^-24) round in the tree as unscaled ones would, so × 2^14 is exact.
+                    const float p = __fmul_rn(tree8(v[r]), 0x1p14f);
+                    part[(g * R + r) * ps + kbl] = __fmul_rn(__fmul_rn(p, sx[r]), sw);
+                }
+            }
+        }
+        __syncthreads();
+        // Thread (g, r) adds its output's block terms one by one, in K order, as the reference's `acc +=`.
+        if (t < nout) {
+            const float* pp = part + t * ps;
+            int b = 0;
+            for (; b + 4 <= nb; b += 4) {
+                const float4 v = *reinterpret_cast<const float4*>(pp + b);
+                acc = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(acc, v.x), v.y), v.z), v.w);
+            }
+            for (; b < nb; ++b) acc = __fadd_rn(acc, pp[b]);
+        }
+    }
+    if (t < nout) {
+        const int g = t / R, r = t % R;
+        if (n0 + g < n) y[(size_t)r * ystride + n0 + g] = acc;
+    }
+}
+
+// Traps on a launch whose shape or shared memory does not match the plan (a host bug, never data).
+__device__ __forceinline__ void check_plan(int seg) {
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const int m = blockDim.x / seg;
+    if (seg <= 0 || blockDim.x % seg != 0 || RT * R > seg || dyn < smem_need(seg, m)) __trap();
+}
+}  // namespace
+
+// y[r, n] = Σ_kb ((Σ_32 xq·wq) · xs[r, kb]) · ws[n, kb] in K order: act_quant_fp8 rows against E2M1 w [n, k/2] and E8M0 ws [n, k/32].
+extern "C" __global__ void __launch_bounds__(FP4_MAX_THREADS, FP4_MIN_BLOCKS)
+fp4_gemv(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restrict__ xq,
+         const float* __restrict__ xs, float* __restrict__ y, int n, int k, int seg) {
+    extern __shared__ __align__(16) float smem[];
+    check_plan(seg);
+    const int n0 = blockIdx.x * RT * (blockDim.x / seg);
+    gemv_tile(w, ws, xq, xs, y, n, n, k, seg, n0, smem);
+}
+
+#if FP4_ROWS == 1
+// Routed experts: pair p (blockIdx.y) takes activation row p / x_div times expert ids[p] into y[p, :]; a bad id gives NaN, never a wild read.
+extern "C" __global__ void __launch_bounds__(FP4_MAX_THREADS, FP4_MIN_BLOCKS)
+fp4_gemv_routed(const u8* const* __restrict__ wptr, const u8* const* __restrict__ sptr, int experts,
+                const int* __restrict__ ids, const u8* __restrict__ xq, const float* __restrict__ xs, int x_div,
+                float* __restrict__ y, int n, int k, int seg) {
+    extern __shared__ __align__(16) float smem[];
+    check_plan(seg);
+    const int p = blockIdx.y, e = __ldg(ids + p), a = p / x_div;
+    const int n0 = blockIdx.x * RT * (blockDim.x / seg);
+    float* yp = y + (size_t)p * n;
+    if (e < 0 || e >= experts) {
+        for (int g = threadIdx.x; g < RT * (blockDim.x / seg); g += blockDim.x)
+            if (n0 + g < n) yp[n0 + g] = __uint_as_float(0x7FC00000u);
+        return;
+    }
+    gemv_tile(wptr[e], sptr[e], xq + (size_t)a * k, xs + (size_t)a * (k / 32), yp, n, n, k, seg, n0, smem);
+}
+#endif

@@ -1,0 +1,285 @@
+//! CUDA launchers of the FP4 expert GEMV: one weight against 1..8 rows, and routed (row, expert) pairs in one launch.
+
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
+use std::marker::PhantomData;
+use tf_cuda::error::DriverResultExt;
+use tf_cuda::{Error, Gpu, KernelSource, PoolBuf};
+
+/// `fp4_gemv` and `fp4_gemv_routed`: packed E2M1 + E8M0 weights times FP8 activation rows, in the CPU reference's order.
+pub const FP4_GEMV: KernelSource = KernelSource { name: "fp4_gemv", source: include_str!("../kernels/fp4_gemv.cu") };
+
+/// Every kernel source of this crate, in file-name order (`tests/compile_kernels.rs` checks it lists `kernels/*.cu`).
+pub const KERNELS: [KernelSource; 1] = [FP4_GEMV];
+
+/// Activation rows one `fp4_gemv` launch takes; more rows run as further launches of at most this many.
+pub const FP4_MAX_ROWS: usize = 8;
+
+/// The kernel's `FP4_MAX_THREADS` default: its registers are budgeted for this many threads.
+const MAX_THREADS: usize = 288;
+/// Floats per activation block in shared memory (32 and 4 of padding), as the kernel's `XBLK`.
+const XBLK: usize = 36;
+/// Shared memory a plan may ask for; above 48 KiB the launch opts in, and the H100/H200 and GB10 allow ~227 KiB.
+const SMEM_LIMIT: usize = 100 << 10;
+/// Shared memory every launch gets without opting in.
+const SMEM_DEFAULT: usize = 48 << 10;
+
+/// How a launch covers K: `seg` K blocks (of 32) per segment, `threads` per block of the grid, each reading
+/// `rows_per_thread` weight rows; any plan gives the same bits, as every output adds its block terms in K order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fp4Plan {
+    pub rows: usize,
+    pub seg: usize,
+    pub threads: usize,
+    pub rows_per_thread: usize,
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+impl Fp4Plan {
+    /// One segment over all of K when whole warps tile it (`threads = lcm(K/32, 32)`), else segments of 32 blocks.
+    pub fn new(rows: usize, k: usize) -> Fp4Plan {
+        assert!((1..=FP4_MAX_ROWS).contains(&rows) && k > 0 && k.is_multiple_of(32), "fp4 plan: rows {rows}, K {k}");
+        let kb = k / 32;
+        // More rows per thread reuse an activation block more; rows × rows_per_thread serial sums must fit a segment.
+        let rows_per_thread = match rows {
+            1 => 8,
+            2 => 4,
+            r => (32 / r).min(8),
+        };
+        let whole = Fp4Plan { rows, seg: kb, threads: kb / gcd(kb, 32) * 32, rows_per_thread };
+        let fits = whole.threads <= MAX_THREADS && rows_per_thread * rows <= kb && whole.smem_bytes() <= SMEM_LIMIT;
+        // A grid block decodes its activations once, so it should span at least 8 weight rows.
+        if fits && whole.tile_rows() >= 8 {
+            return whole;
+        }
+        Fp4Plan { rows, seg: 32, threads: 128, rows_per_thread }
+    }
+
+    /// Weight rows per block of the grid.
+    pub fn tile_rows(&self) -> usize {
+        self.rows_per_thread * self.threads / self.seg
+    }
+
+    /// Dynamic shared memory: activations `[rows][seg][36]` and partials `[tile_rows·rows][seg rounded to 32, + 4]`.
+    pub fn smem_bytes(&self) -> usize {
+        let part_stride = self.seg.div_ceil(32) * 32 + 4;
+        4 * (self.rows * self.seg * XBLK + self.tile_rows() * self.rows * part_stride)
+    }
+
+    fn defines(&self) -> [(&'static str, String); 2] {
+        [("FP4_ROWS", self.rows.to_string()), ("FP4_RT", self.rows_per_thread.to_string())]
+    }
+
+    fn config(&self, n: usize, pairs: usize) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (n.div_ceil(self.tile_rows()) as u32, pairs as u32, 1),
+            block_dim: (self.threads as u32, 1, 1),
+            shared_mem_bytes: self.smem_bytes() as u32,
+        }
+    }
+
+    /// The kernel for this plan, allowed the shared memory it needs.
+    fn function(&self, gpu: &Gpu, entry: &'static str) -> Result<cudarc::driver::CudaFunction, Error> {
+        let defines = self.defines();
+        let defines: Vec<(&str, &str)> = defines.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let f = gpu.function(&FP4_GEMV.spec(&defines), entry)?;
+        let smem = self.smem_bytes();
+        if smem > SMEM_DEFAULT {
+            let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            f.set_attribute(attr, smem as i32).doing(|| format!("allowing {entry} {smem} bytes of shared memory"))?;
+        }
+        Ok(f)
+    }
+}
+
+/// Fails naming `op` and the buffer unless `buf` holds at least `need` bytes.
+fn check_len(op: &'static str, name: &str, buf: &PoolBuf<'_>, need: usize) -> Result<(), Error> {
+    if buf.len() >= need {
+        return Ok(());
+    }
+    Err(Error::Launch { op, what: format!("buffer `{name}` holds {} bytes, needs {need}", buf.len()) })
+}
+
+/// `v` as a kernel's `int` argument, or an error naming it.
+fn as_i32(op: &'static str, name: &str, v: usize) -> Result<i32, Error> {
+    i32::try_from(v).map_err(|_| Error::Launch { op, what: format!("{name} = {v} does not fit a 32-bit int") })
+}
+
+/// `rows × k` checked for overflow, for byte counts.
+fn bytes(op: &'static str, a: usize, b: usize) -> Result<usize, Error> {
+    a.checked_mul(b).ok_or_else(|| Error::Launch { op, what: format!("{a}×{b} bytes overflow") })
+}
+
+fn check_k(op: &'static str, k: usize) -> Result<(), Error> {
+    if k > 0 && k.is_multiple_of(32) {
+        return Ok(());
+    }
+    Err(Error::Launch { op, what: format!("K = {k} is not a positive multiple of 32") })
+}
+
+/// `y = Fp4Weight::forward_f32` (`rows × n` f32) from E2M1 pairs `w` `[n, k/2]`, E8M0 `ws` `[n, k/32]` and
+/// `tf_cuda::ops::act_quant_fp8`'s E4M3 `codes` `[rows, k]` and f32 `scales` `[rows, k/32]`.
+pub fn fp4_gemv(
+    gpu: &Gpu,
+    (w, ws): (&PoolBuf<'_>, &PoolBuf<'_>),
+    codes: &PoolBuf<'_>,
+    scales: &PoolBuf<'_>,
+    y: &mut PoolBuf<'_>,
+    (rows, n, k): (usize, usize, usize),
+) -> Result<(), Error> {
+    const OP: &str = "fp4_gemv";
+    check_k(OP, k)?;
+    check_len(OP, "w", w, bytes(OP, n, k / 2)?)?;
+    check_len(OP, "ws", ws, bytes(OP, n, k / 32)?)?;
+    check_len(OP, "codes", codes, bytes(OP, rows, k)?)?;
+    check_len(OP, "scales", scales, bytes(OP, rows, k / 8)?)?;
+    check_len(OP, "y", y, bytes(OP, bytes(OP, rows, n)?, 4)?)?;
+    let (n_i, k_i) = (as_i32(OP, "n", n)?, as_i32(OP, "k", k)?);
+    if n == 0 {
+        return Ok(());
+    }
+    for r0 in (0..rows).step_by(FP4_MAX_ROWS) {
+        let plan = Fp4Plan::new(FP4_MAX_ROWS.min(rows - r0), k);
+        let f = plan.function(gpu, OP)?;
+        let seg = as_i32(OP, "seg", plan.seg)?;
+        let (xq, xs) = (codes.dev().slice(r0 * k..), scales.dev().slice(r0 * (k / 8)..));
+        let mut out = y.dev_mut().slice_mut(r0 * n * 4..);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(w.dev()).arg(ws.dev()).arg(&xq).arg(&xs).arg(&mut out).arg(&n_i).arg(&k_i).arg(&seg);
+        // SAFETY: arguments match `fp4_gemv(const u8*, const u8*, const u8*, const float*, float*, int, int, int)`;
+        // every extent was checked above and the plan's shared memory is what the kernel checks for.
+        unsafe { launch.launch(plan.config(n, 1)) }.doing(|| format!("launching {OP} on {}×{n}×{k}", plan.rows))?;
+    }
+    Ok(())
+}
+
+/// Expert weights of one shape `[n, k/2]` + `[n, k/32]` as device pointer tables; borrows the buffers it points at.
+#[derive(Debug)]
+pub struct Fp4Experts<'g, 'b> {
+    wptr: PoolBuf<'g>,
+    sptr: PoolBuf<'g>,
+    count: usize,
+    n: usize,
+    k: usize,
+    _borrows: PhantomData<&'b PoolBuf<'g>>,
+}
+
+impl<'g, 'b> Fp4Experts<'g, 'b> {
+    /// Tables of `experts` (weight, scale) buffers, each checked to hold an `[n, k/2]` and `[n, k/32]` expert.
+    pub fn new(
+        gpu: &'g Gpu,
+        experts: &[(&'b PoolBuf<'g>, &'b PoolBuf<'g>)],
+        (n, k): (usize, usize),
+    ) -> Result<Self, Error> {
+        const OP: &str = "fp4 expert table";
+        check_k(OP, k)?;
+        let (mut wp, mut sp) = (Vec::with_capacity(experts.len()), Vec::with_capacity(experts.len()));
+        for (e, (w, s)) in experts.iter().enumerate() {
+            check_len(OP, &format!("expert {e} weight"), w, bytes(OP, n, k / 2)?)?;
+            check_len(OP, &format!("expert {e} scale"), s, bytes(OP, n, k / 32)?)?;
+            wp.push(w.dev().device_ptr(gpu.stream()).0);
+            sp.push(s.dev().device_ptr(gpu.stream()).0);
+        }
+        as_i32(OP, "experts", experts.len())?;
+        let (wptr, sptr) = (gpu.upload(&wp)?, gpu.upload(&sp)?);
+        Ok(Fp4Experts { wptr, sptr, count: experts.len(), n, k, _borrows: PhantomData })
+    }
+
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// Which activation row a routed pair reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoutedActs {
+    /// Pair `p` reads token row `p / topk` (`w1`, `w3`: every expert of a token sees its input).
+    PerToken { topk: usize },
+    /// Pair `p` reads row `p` (`w2`: each expert has its own hidden row).
+    PerPair,
+}
+
+/// `y[p] = forward_f32` of expert `ids[p]` (i32 per pair) on its activation row, for `pairs` pairs; an id outside the
+/// table gives a NaN row. `codes`/`scales` are act_quant_fp8 rows, one per token or per pair as `acts` says.
+pub fn fp4_gemv_routed(
+    gpu: &Gpu,
+    experts: &Fp4Experts<'_, '_>,
+    ids: &PoolBuf<'_>,
+    (codes, scales): (&PoolBuf<'_>, &PoolBuf<'_>),
+    acts: RoutedActs,
+    y: &mut PoolBuf<'_>,
+    pairs: usize,
+) -> Result<(), Error> {
+    const OP: &str = "fp4_gemv_routed";
+    let (n, k) = (experts.n, experts.k);
+    let div = match acts {
+        RoutedActs::PerToken { topk } if topk > 0 && pairs.is_multiple_of(topk) => topk,
+        RoutedActs::PerToken { topk } => {
+            return Err(Error::Launch { op: OP, what: format!("{pairs} pairs are not whole tokens of top-{topk}") });
+        }
+        RoutedActs::PerPair => 1,
+    };
+    let act_rows = pairs / div;
+    check_len(OP, "ids", ids, bytes(OP, pairs, 4)?)?;
+    check_len(OP, "codes", codes, bytes(OP, act_rows, k)?)?;
+    check_len(OP, "scales", scales, bytes(OP, act_rows, k / 8)?)?;
+    check_len(OP, "y", y, bytes(OP, bytes(OP, pairs, n)?, 4)?)?;
+    let (n_i, k_i, e_i, div_i) =
+        (as_i32(OP, "n", n)?, as_i32(OP, "k", k)?, as_i32(OP, "experts", experts.count)?, as_i32(OP, "topk", div)?);
+    if n == 0 || pairs == 0 {
+        return Ok(());
+    }
+    let plan = Fp4Plan::new(1, k);
+    let f = plan.function(gpu, OP)?;
+    let seg = as_i32(OP, "seg", plan.seg)?;
+    // The grid's y extent is at most 65535; chunks start on a token so p / topk stays the chunk's own row.
+    let chunk = 65535 - 65535 % div;
+    for p0 in (0..pairs).step_by(chunk) {
+        let count = chunk.min(pairs - p0);
+        let ids_c = ids.dev().slice(p0 * 4..);
+        let (xq, xs) = (codes.dev().slice(p0 / div * k..), scales.dev().slice(p0 / div * (k / 8)..));
+        let mut out = y.dev_mut().slice_mut(p0 * n * 4..);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(experts.wptr.dev()).arg(experts.sptr.dev()).arg(&e_i).arg(&ids_c).arg(&xq).arg(&xs).arg(&div_i);
+        launch.arg(&mut out).arg(&n_i).arg(&k_i).arg(&seg);
+        // SAFETY: arguments match `fp4_gemv_routed(const u8* const*, const u8* const*, int, const int*, const u8*,
+        // const float*, int, float*, int, int, int)`; extents checked above, the tables' buffers outlive `experts`.
+        unsafe { launch.launch(plan.config(n, count)) }
+            .doing(|| format!("launching {OP} on {count} pairs ×{n}×{k}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expert_shapes_run_in_one_segment_of_whole_warps() {
+        let w1 = Fp4Plan::new(1, 5120);
+        assert_eq!((w1.seg, w1.threads, w1.tile_rows()), (160, 160, 8));
+        let w2 = Fp4Plan::new(1, 2304);
+        assert_eq!((w2.seg, w2.threads, w2.tile_rows()), (72, 288, 32));
+        assert_eq!(Fp4Plan::new(8, 5120).seg, 32, "eight rows of 5120 do not fit shared memory at once");
+    }
+
+    #[test]
+    fn every_plan_meets_the_kernels_checks() {
+        for rows in 1..=FP4_MAX_ROWS {
+            for k in (32..=20480).step_by(32).chain([32 * 1021, 1 << 20]) {
+                let p = Fp4Plan::new(rows, k);
+                let case = format!("rows {rows}, K {k}: {p:?}");
+                assert!(p.threads.is_multiple_of(32) && p.threads <= MAX_THREADS, "{case}");
+                assert!(p.threads.is_multiple_of(p.seg) && p.rows_per_thread * rows <= p.seg, "{case}");
+                assert!(p.smem_bytes() <= SMEM_LIMIT && p.tile_rows() * rows <= p.threads, "{case}");
+            }
+        }
+    }
+}
