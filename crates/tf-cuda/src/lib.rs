@@ -9,6 +9,7 @@ pub mod kernels;
 pub mod nvrtc;
 pub mod ops;
 pub mod pool;
+pub mod timing;
 
 pub use arch::Arch;
 pub use cache::{KernelSpec, cache_key, cache_path, default_cache_dir};

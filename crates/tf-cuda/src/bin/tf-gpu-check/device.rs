@@ -1,9 +1,9 @@
 //! The device itself: what it is, and its device-to-device copy bandwidth (the ceiling later kernels are measured against).
 
-use crate::report::{Report, median};
+use crate::report::Report;
 use serde_json::json;
-use tf_cuda::error::DriverResultExt;
-use tf_cuda::{Error, Gpu, PoolBuf};
+use tf_cuda::timing::{self, median};
+use tf_cuda::{Error, Gpu};
 
 /// Bytes copied per timed copy: large enough that launch and tail effects vanish.
 const COPY_BYTES: usize = 4 << 30;
@@ -43,20 +43,7 @@ pub fn describe(gpu: &Gpu, report: &mut Report) -> Result<(), Error> {
 
 /// Median GB/s (bytes read + written, 1e9) of 4 GiB device-to-device copies, timed by events.
 pub fn copy_bandwidth(gpu: &Gpu, report: &mut Report) -> Result<f64, Error> {
-    let src = gpu.pool().take(COPY_BYTES)?;
-    let mut dst = gpu.pool().take(COPY_BYTES)?;
-    let copy = |g: &Gpu, dst: &mut PoolBuf<'_>| {
-        g.stream().memcpy_dtod(&src.view(), &mut dst.view_mut()).doing(|| format!("copying {COPY_BYTES} bytes on GPU"))
-    };
-    for _ in 0..COPY_WARMUP {
-        copy(gpu, &mut dst)?;
-    }
-    let mut ms = Vec::with_capacity(COPY_REPS);
-    for _ in 0..COPY_REPS {
-        ms.push(gpu.time_ms(|g| copy(g, &mut dst))?);
-    }
-    drop((src, dst));
-    gpu.pool().release_free();
+    let ms = timing::copy_ms(gpu, COPY_BYTES, COPY_WARMUP, COPY_REPS)?;
     let gbps = |t: f32| 2.0 * COPY_BYTES as f64 / (f64::from(t) * 1e-3) / 1e9;
     let (med, best, worst) =
         (median(&ms), ms.iter().copied().fold(f32::MAX, f32::min), ms.iter().copied().fold(0.0, f32::max));
@@ -74,41 +61,4 @@ pub fn copy_bandwidth(gpu: &Gpu, report: &mut Report) -> Result<f64, Error> {
     Ok(bw)
 }
 
-/// Bytes a timed kernel's inputs are spread over (several times the H200's 60 MB L2), so each run reads DRAM.
-const ROTATE_BYTES: usize = 512 << 20;
-
-/// How many copies of `bytes` of inputs exceed [`ROTATE_BYTES`] (at least 2, at most 512).
-pub fn copies_for(bytes: usize) -> usize {
-    ROTATE_BYTES.div_ceil(bytes.max(1)).clamp(2, 512)
-}
-
-/// `copies` device copies of `src` (copied on the GPU), so timed runs can rotate through them.
-pub fn replicate<'g>(gpu: &'g Gpu, src: &PoolBuf<'g>, copies: usize) -> Result<Vec<PoolBuf<'g>>, Error> {
-    (0..copies)
-        .map(|_| {
-            let mut dst = gpu.pool().take(src.len())?;
-            gpu.stream().memcpy_dtod(&src.view(), &mut dst.view_mut()).doing(|| "replicating a timing input".into())?;
-            Ok(dst)
-        })
-        .collect()
-}
-
-/// Median ms per `f(gpu, i)`, replayed from one graph over all copies: no host launch cost, and L2 stays cold.
-pub fn cold_median_ms(
-    gpu: &Gpu,
-    copies: usize,
-    reps: usize,
-    mut f: impl FnMut(&Gpu, usize) -> Result<(), Error>,
-) -> Result<f32, Error> {
-    for i in 0..copies {
-        f(gpu, i)?;
-    }
-    let graph = gpu.capture(|g| (0..copies).try_for_each(|i| f(g, i)))?;
-    let replay = |_: &Gpu| graph.launch().doing(|| "replaying a timing graph".into());
-    gpu.time_ms(replay)?;
-    let mut ms = Vec::with_capacity(reps);
-    for _ in 0..reps.clamp(3, 20) {
-        ms.push(gpu.time_ms(replay)? / copies as f32);
-    }
-    Ok(median(&ms))
-}
+pub use timing::{cold_median_ms, copies_for, replicate};

@@ -71,23 +71,4 @@ impl Report {
     }
 }
 
-/// Median of samples (the mean of the middle two for an even count).
-pub fn median(samples: &[f32]) -> f32 {
-    let mut s = samples.to_vec();
-    s.sort_by(f32::total_cmp);
-    match s.len() {
-        0 => f32::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn median_of_odd_and_even_counts() {
-        assert_eq!(super::median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(super::median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(super::median(&[]).is_nan());
-    }
-}
+pub use tf_cuda::timing::median;
