@@ -24,8 +24,7 @@ const SMEM_LIMIT: usize = 100 << 10;
 /// Shared memory every launch gets without opting in.
 const SMEM_DEFAULT: usize = 48 << 10;
 
-/// How a launch covers K: `seg` K blocks (of 32) per segment, `threads` per block of the grid, each reading
-/// `rows_per_thread` weight rows; any plan gives the same bits, as every output adds its block terms in K order.
+/// How a launch covers K (`seg` 32-blocks per segment, `threads`, rows per thread); any plan gives the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fp4Plan {
     pub rows: usize,
@@ -120,8 +119,7 @@ fn check_k(op: &'static str, k: usize) -> Result<(), Error> {
     Err(Error::Launch { op, what: format!("K = {k} is not a positive multiple of 32") })
 }
 
-/// `y = Fp4Weight::forward_f32` (`rows × n` f32) from E2M1 pairs `w` `[n, k/2]`, E8M0 `ws` `[n, k/32]` and
-/// `tf_cuda::ops::act_quant_fp8`'s E4M3 `codes` `[rows, k]` and f32 `scales` `[rows, k/32]`.
+/// `y = Fp4Weight::forward_f32` (`rows × n` f32) from `w` `[n, k/2]`, `ws` `[n, k/32]` and act_quant_fp8's codes/scales.
 pub fn fp4_gemv(
     gpu: &Gpu,
     (w, ws): (&PoolBuf<'_>, &PoolBuf<'_>),
@@ -149,8 +147,7 @@ pub fn fp4_gemv(
         let mut out = y.dev_mut().slice_mut(r0 * n * 4..);
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(w.dev()).arg(ws.dev()).arg(&xq).arg(&xs).arg(&mut out).arg(&n_i).arg(&k_i).arg(&seg);
-        // SAFETY: arguments match `fp4_gemv(const u8*, const u8*, const u8*, const float*, float*, int, int, int)`;
-        // every extent was checked above and the plan's shared memory is what the kernel checks for.
+        // SAFETY: arguments match the kernel's (u8*, u8*, u8*, float*, float*, int, int, int); extents checked above.
         unsafe { launch.launch(plan.config(n, 1)) }.doing(|| format!("launching {OP} on {}×{n}×{k}", plan.rows))?;
     }
     Ok(())
@@ -206,8 +203,7 @@ pub enum RoutedActs {
     PerPair,
 }
 
-/// `y[p] = forward_f32` of expert `ids[p]` (i32 per pair) on its activation row, for `pairs` pairs; an id outside the
-/// table gives a NaN row. `codes`/`scales` are act_quant_fp8 rows, one per token or per pair as `acts` says.
+/// `y[p] = forward_f32` of expert `ids[p]` (i32) on its activation row (per `acts`); an id outside the table gives NaN.
 pub fn fp4_gemv_routed(
     gpu: &Gpu,
     experts: &Fp4Experts<'_, '_>,
@@ -249,8 +245,7 @@ pub fn fp4_gemv_routed(
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(experts.wptr.dev()).arg(experts.sptr.dev()).arg(&e_i).arg(&ids_c).arg(&xq).arg(&xs).arg(&div_i);
         launch.arg(&mut out).arg(&n_i).arg(&k_i).arg(&seg);
-        // SAFETY: arguments match `fp4_gemv_routed(const u8* const*, const u8* const*, int, const int*, const u8*,
-        // const float*, int, float*, int, int, int)`; extents checked above, the tables' buffers outlive `experts`.
+        // SAFETY: arguments match fp4_gemv_routed's; extents checked above; the tables' buffers outlive `experts`.
         unsafe { launch.launch(plan.config(n, count)) }
             .doing(|| format!("launching {OP} on {count} pairs ×{n}×{k}"))?;
     }

@@ -1,5 +1,4 @@
-//! The `fp4_gemv` kernel's arithmetic and indexing replayed on the CPU (no GPU here): its bit tricks, its tile and
-//! segment plan, and its shared-memory layout must give `Fp4Weight::forward_f32` bit for bit.
+//! `fp4_gemv`'s arithmetic, tiling and shared-memory layout replayed on the CPU must give `forward_f32` bit for bit.
 
 use tf_core::formats::{E2M1_TABLE, e4m3_to_f32, e8m0_to_f32, f16_bits_to_f32, pack_fp4, quant_fp8_pow2};
 use tf_core::rng::SplitMix64;
@@ -50,9 +49,7 @@ struct Problem {
 }
 
 impl Problem {
-    /// Activation groups span 2^-30..2^30 (tiny values give subnormal codes); scale bytes include 0 (2^-127) and 1.
-    /// Every third weight row is 6.0 (0.5 in lane 7) and every fifth group loud with a subnormal code in lane 7, so
-    /// lane sums pass 2^14 with bits down to 2^-10 and the tree rounds.
+    /// Wide activation ranges, scale bytes 0 and 1, and loud groups on all-6.0 rows so lane sums pass 2^14 and round.
     fn random(rng: &mut SplitMix64, rows: usize, n: usize, k: usize) -> Problem {
         let codes4: Vec<u8> = (0..n * k)
             .map(|i| match ((i / k) % 3, i % 8) {

@@ -1,5 +1,4 @@
-//! GPU self-check of the FP4 expert GEMV: each shape and the routed launch against `Fp4Weight::forward_f32`, a row alone
-//! against its batch, and batch-1 time over the copy bandwidth of the same run; table last, nonzero exit on any failure.
+//! GPU self-check of the FP4 expert GEMV against `Fp4Weight::forward_f32`, rows alone, routed pairs and batch-1 time.
 
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
@@ -12,9 +11,7 @@ use tf_cuda::{Error, Gpu, PoolBuf};
 use tf_exl3::Fp4Weight;
 use tf_exl3::cuda::{Fp4Experts, Fp4Plan, RoutedActs, fp4_gemv, fp4_gemv_routed};
 
-/// Declared before measuring: 0. The kernel makes the reference's rounding points its own: E4M3 codes and E2M1 values
-/// multiply exactly, lane sums are exact, the 7-add lane tree, `(p·s_x)·s_w` and the K-order `acc +=` are the same f32
-/// operations in the same order, so any difference is a bug, not rounding; a NaN anywhere fails.
+/// Declared before measuring: 0, as exact products, exact lane sums, the lane tree, (p·sx)·sw and K-order adds are the CPU's.
 const TOLERANCE_ABS: f32 = 0.0;
 /// (rows, out, in): the brief's expert shapes (w1/w3 5120 -> 2304, w2 2304 -> 5120), then other row counts and ragged cases.
 const SHAPES: [(usize, usize, usize); 9] = [
@@ -286,8 +283,7 @@ fn copy_bandwidth(gpu: &Gpu, report: &mut Report) -> Result<f64, Error> {
     Ok(gbps)
 }
 
-/// Median µs per launch: samples of back-to-back launches between two events, each on the next of `copies` weight
-/// copies (every copy touched once first), so the weights come from DRAM, not L2.
+/// Median µs per launch over event-timed runs of back-to-back launches, each on the next weight copy, so DRAM serves them.
 fn per_launch_us(gpu: &Gpu, copies: usize, mut f: impl FnMut(&Gpu, usize) -> Result<(), Error>) -> Result<f32, Error> {
     for i in 0..copies {
         f(gpu, i)?;
