@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use tf_core::formats::{pack_fp4, quant_fp8_pow2};
 use tf_core::rng::SplitMix64;
 use tf_core::{DType, Tensor, bf16};
-use tf_cuda::error::DriverResultExt;
+use tf_cuda::timing::{self, ROTATE_BYTES, median};
 use tf_cuda::{Error, Gpu, PoolBuf};
 use tf_exl3::Fp4Weight;
 use tf_exl3::cuda::{Fp4Experts, Fp4Plan, RoutedActs, fp4_gemv, fp4_gemv_routed};
@@ -29,10 +29,7 @@ const SHAPES: [(usize, usize, usize); 9] = [
 type Routed = (usize, usize, usize, (usize, usize), bool);
 const ROUTED: [Routed; 2] = [(4, 8, 32, (2304, 5120), true), (2, 8, 16, (5120, 2304), false)];
 const COPY_BYTES: usize = 4 << 30;
-/// Bytes of weight copies a timing rotates through: several times the H200's L2, so every launch reads DRAM.
-const ROTATE_BYTES: usize = 512 << 20;
 const SAMPLES: usize = 31;
-const LAUNCHES_PER_SAMPLE: usize = 16;
 
 /// Findings: one row per check (echoed at once), the table printed last, JSON for the lead's records.
 #[derive(Default)]
@@ -76,12 +73,6 @@ impl Report {
         all.insert("pass".into(), Value::Bool(self.passed()));
         std::fs::write(path, serde_json::to_string_pretty(&Value::Object(all)).map_err(std::io::Error::other)? + "\n")
     }
-}
-
-fn median(samples: &[f32]) -> f32 {
-    let mut s = samples.to_vec();
-    s.sort_by(f32::total_cmp);
-    if s.is_empty() { f32::NAN } else { s[s.len() / 2] }
 }
 
 fn data_err(e: tf_core::Error) -> Error {
@@ -264,42 +255,16 @@ fn check_routed(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<
 
 /// Median GB/s (read + written) of 4 GiB device-to-device copies timed by events.
 fn copy_bandwidth(gpu: &Gpu, report: &mut Report) -> Result<f64, Error> {
-    let src = gpu.pool().take(COPY_BYTES)?;
-    let mut dst = gpu.pool().take(COPY_BYTES)?;
-    let mut ms = Vec::new();
-    for i in 0..13 {
-        let t = gpu.time_ms(|g| {
-            g.stream().memcpy_dtod(&src.view(), &mut dst.view_mut()).doing(|| format!("copying {COPY_BYTES} bytes"))
-        })?;
-        if i >= 3 {
-            ms.push(t);
-        }
-    }
-    drop((src, dst));
-    gpu.pool().release_free();
+    let ms = timing::copy_ms(gpu, COPY_BYTES, 3, 10)?;
     let gbps = 2.0 * COPY_BYTES as f64 / (f64::from(median(&ms)) * 1e-3) / 1e9;
     report.json.insert("copy_gbps".into(), json!(gbps));
     report.row("copy bandwidth", "4 GiB d2d, median of 10", format!("{gbps:.0} GB/s read+written"), gbps > 0.0);
     Ok(gbps)
 }
 
-/// Median µs per launch over event-timed runs of back-to-back launches, each on the next weight copy, so DRAM serves them.
-fn per_launch_us(gpu: &Gpu, copies: usize, mut f: impl FnMut(&Gpu, usize) -> Result<(), Error>) -> Result<f32, Error> {
-    for i in 0..copies {
-        f(gpu, i)?;
-    }
-    let (mut next, mut us) = (0, Vec::with_capacity(SAMPLES));
-    for _ in 0..SAMPLES {
-        let ms = gpu.time_ms(|g| {
-            for _ in 0..LAUNCHES_PER_SAMPLE {
-                f(g, next % copies)?;
-                next += 1;
-            }
-            Ok(())
-        })?;
-        us.push(ms * 1e3 / LAUNCHES_PER_SAMPLE as f32);
-    }
-    Ok(median(&us))
+/// Median µs per launch over rotated weight copies, replayed from one graph (no host launch cost, cold L2).
+fn per_launch_us(gpu: &Gpu, copies: usize, f: impl FnMut(&Gpu, usize) -> Result<(), Error>) -> Result<f32, Error> {
+    Ok(timing::cold_median_ms(gpu, copies, SAMPLES, f)? * 1e3)
 }
 
 fn time_row(report: &mut Report, case: &str, us: f32, bytes: usize, copy_gbps: f64) {
