@@ -28,3 +28,22 @@ pub const RMSNORM: KernelSource = KernelSource { name: "rmsnorm", source: includ
 
 /// Every kernel source, in file-name order.
 pub const ALL: [KernelSource; 3] = [ACT_QUANT, FP8_GEMV, RMSNORM];
+
+/// How to get NVRTC where a compile test cannot find it.
+pub const INSTALL_HINT: &str = "run scripts/install-nvrtc.sh (CI's .ci/run does) to put the pinned NVRTC in target/nvrtc, or point TF_NVRTC_LIB at a libnvrtc.so.13";
+
+/// Names of the `extern "C" __global__` functions in CUDA source (after any `__launch_bounds__(...)`); empty names skipped.
+pub fn entry_names(source: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for after in source.split("extern \"C\" __global__").skip(1) {
+        let mut rest = after.trim_start().strip_prefix("void").unwrap_or(after).trim_start();
+        if let Some(bounds) = rest.strip_prefix("__launch_bounds__") {
+            rest = bounds.split_once(')').map_or("", |(_, r)| r).trim_start();
+        }
+        let name: String = rest.chars().take_while(|c| *c == '_' || c.is_ascii_alphanumeric()).collect();
+        if !name.is_empty() {
+            out.push(name);
+        }
+    }
+    out
+}

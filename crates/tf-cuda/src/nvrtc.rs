@@ -21,6 +21,12 @@ pub struct Nvrtc {
 static LOADED: OnceLock<Result<Nvrtc, String>> = OnceLock::new();
 
 impl Nvrtc {
+    /// NVRTC from this workspace's pinned copy (`scripts/install-nvrtc.sh`), as the kernel compile tests need it.
+    pub fn load_pinned() -> Result<&'static Nvrtc, Error> {
+        let pinned = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nvrtc/nvidia/cu13/lib");
+        Nvrtc::load(&[pinned])
+    }
+
     /// NVRTC from `TF_NVRTC_LIB` (file or dir), else the first of `dirs`, else the loader's path; first call wins.
     pub fn load(dirs: &[PathBuf]) -> Result<&'static Nvrtc, Error> {
         LOADED.get_or_init(|| bind(dirs)).as_ref().map_err(|e| Error::NvrtcNotFound(e.clone()))

@@ -4,32 +4,17 @@ use std::path::{Path, PathBuf};
 use tf_cuda::{Arch, KernelSpec, Nvrtc};
 use tf_exl3::cuda::{FP4_GEMV, FP4_MAX_ROWS, Fp4Plan, KERNELS};
 
-const INSTALL_HINT: &str = "run scripts/install-nvrtc.sh (CI's .ci/run does) to put the pinned NVRTC in target/nvrtc, \
-    or point TF_NVRTC_LIB at a libnvrtc.so.13";
-
 fn kernels_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels")
 }
 
 /// Fails, never skips, without NVRTC: a kernel that does not compile must fail CI.
 fn nvrtc() -> &'static Nvrtc {
-    let pinned = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nvrtc/nvidia/cu13/lib");
-    Nvrtc::load(&[pinned]).unwrap_or_else(|e| panic!("{e}\n{INSTALL_HINT}"))
+    Nvrtc::load_pinned().unwrap_or_else(|e| panic!("{e}\n{}", tf_cuda::kernels::INSTALL_HINT))
 }
 
-/// Names of the `extern "C" __global__` functions in CUDA source (after any `__launch_bounds__(...)`).
 fn entries(source: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for after in source.split("extern \"C\" __global__").skip(1) {
-        let mut rest = after.trim_start().strip_prefix("void").unwrap_or(after).trim_start();
-        if let Some(bounds) = rest.strip_prefix("__launch_bounds__") {
-            rest = bounds.split_once(')').map_or("", |(_, r)| r).trim_start();
-        }
-        let name: String = rest.chars().take_while(|c| *c == '_' || c.is_ascii_alphanumeric()).collect();
-        assert!(!name.is_empty(), "cannot read a kernel name in: {}", &after[..after.len().min(80)]);
-        out.push(name);
-    }
-    out
+    tf_cuda::kernels::entry_names(source)
 }
 
 fn contains(haystack: &[u8], needle: &str) -> bool {
