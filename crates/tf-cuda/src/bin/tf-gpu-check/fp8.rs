@@ -66,17 +66,6 @@ struct OnGpu<'g> {
     scales: PoolBuf<'g>,
 }
 
-fn gemv(
-    gpu: &Gpu,
-    p: &Problem,
-    d: &OnGpu<'_>,
-    rows: usize,
-    kind: WeightScale,
-    decode: Fp8Decode,
-) -> Result<Vec<f32>, Error> {
-    gemv_with(gpu, p, d, rows, kind, decode, Fp8Kernel::Pipelined)
-}
-
 fn gemv_with(
     gpu: &Gpu,
     p: &Problem,
@@ -141,15 +130,17 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
         report.row("act_quant_fp8", case.as_str(), format!("{code_diff} codes, {scale_diff} scales differ"), ok);
         let ws_f32: Vec<f32> = p.ws.iter().map(|&b| e8m0_to_f32(b)).collect();
         let d = OnGpu { w: gpu.upload(&p.w)?, ws: gpu.upload(&p.ws)?, ws_f32: gpu.upload(&ws_f32)?, codes, scales };
-        let got = gemv(gpu, &p, &d, p.rows, WeightScale::E8m0, Fp8Decode::Hardware)?;
+        let got = gemv_with(gpu, &p, &d, p.rows, WeightScale::E8m0, Fp8Decode::Hardware, Fp8Kernel::Pipelined)?;
         let (max_abs, rel, differ, nan) = compare(&got, &want);
         let exact = differ == 0 && nan == 0;
         let pass = nan == 0 && max_abs <= TOLERANCE_ABS;
         let result = format!("max |Δ| {max_abs:e}, ‖Δ‖/‖ref‖ {rel:e}, {differ}/{} differ, {nan} NaN", want.len());
         report.row("fp8_gemv", case.as_str(), result, pass);
-        let bits = gemv(gpu, &p, &d, p.rows, WeightScale::E8m0, Fp8Decode::Bits)? == got;
-        let f32s = gemv(gpu, &p, &d, p.rows, WeightScale::F32, Fp8Decode::Hardware)? == got;
-        let alone = p.rows == 1 || gemv(gpu, &p, &d, 1, WeightScale::E8m0, Fp8Decode::Hardware)?[..] == got[..p.n];
+        let bits = gemv_with(gpu, &p, &d, p.rows, WeightScale::E8m0, Fp8Decode::Bits, Fp8Kernel::Pipelined)? == got;
+        let f32s = gemv_with(gpu, &p, &d, p.rows, WeightScale::F32, Fp8Decode::Hardware, Fp8Kernel::Pipelined)? == got;
+        let alone = p.rows == 1
+            || gemv_with(gpu, &p, &d, 1, WeightScale::E8m0, Fp8Decode::Hardware, Fp8Kernel::Pipelined)?[..]
+                == got[..p.n];
         let same = format!("bit-identical: bits decode {bits}, f32 scales {f32s}, row 0 alone {alone}");
         report.row("fp8_gemv variants", case.as_str(), same, bits && f32s && alone);
         let mut split_ok = serde_json::Map::new();
