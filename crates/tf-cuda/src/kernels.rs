@@ -47,3 +47,15 @@ pub fn entry_names(source: &str) -> Vec<String> {
     }
     out
 }
+
+/// Stems of the `.cu` files in `dir`, sorted: what a crate's kernel list must match.
+pub fn cu_names(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        if let Some(stem) = e?.file_name().to_str().and_then(|n| n.strip_suffix(".cu")) {
+            names.push(stem.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}

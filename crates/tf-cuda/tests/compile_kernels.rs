@@ -12,21 +12,13 @@ fn nvrtc() -> &'static Nvrtc {
     Nvrtc::load_pinned().unwrap_or_else(|e| panic!("{e}\n{}", tf_cuda::kernels::INSTALL_HINT))
 }
 
-fn entries(source: &str) -> Vec<String> {
-    tf_cuda::kernels::entry_names(source)
-}
-
 fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
 #[test]
 fn every_kernel_file_is_listed() {
-    let mut files: Vec<String> = std::fs::read_dir(kernels_dir())
-        .unwrap()
-        .filter_map(|e| e.unwrap().file_name().into_string().ok()?.strip_suffix(".cu").map(String::from))
-        .collect();
-    files.sort();
+    let files = tf_cuda::kernels::cu_names(&kernels_dir()).unwrap();
     let listed: Vec<String> = kernels::ALL.iter().map(|k| k.name.to_string()).collect();
     assert_eq!(files, listed, "tf_cuda::kernels::ALL must list every kernels/*.cu, in name order");
 }
@@ -41,7 +33,7 @@ fn every_kernel_compiles_for_every_arch() {
     for file in files {
         let source = std::fs::read_to_string(&file).unwrap();
         let name = file.file_stem().unwrap().to_str().unwrap();
-        let names = entries(&source);
+        let names = tf_cuda::kernels::entry_names(&source);
         assert!(!names.is_empty(), "{name}.cu has no extern \"C\" __global__ entry");
         let spec = KernelSpec { name, source: &source, defines: vec![] };
         for arch in Arch::ALL {
