@@ -7,10 +7,12 @@ carry="$root/gpu-carry"
 bins=(tf-gpu-check)
 cargo build --release --locked -p tf-cuda $(printf -- '--bin %s ' "${bins[@]}")
 cargo build --release --locked -p tf-exl3 --bin tf-exl3-gpu-check; bins+=(tf-exl3-gpu-check)
+cargo build --release --locked -p tf-dsv41 --bin tf-dsv41-gpu-check; bins+=(tf-dsv41-gpu-check)
 rm -rf "$carry"
 mkdir -p "$carry"
 for b in "${bins[@]}"; do
-  cp "target/release/$b" "$carry/$b"
+  # Debug info stays here (for backtraces, symbolize with these builds); the carry has a 64 MiB limit.
+  objcopy --strip-debug "target/release/$b" "$carry/$b"
   # Only the C runtime may be linked: libcuda and libnvrtc are dlopened at run time, Rust crates are static.
   extra="$(ldd "$carry/$b" | grep -Ev 'linux-vdso|/ld-linux-x86-64|lib(c|m|gcc_s|pthread|dl|rt)\.so' || true)"
   if [[ -n "$extra" ]]; then

@@ -7,7 +7,7 @@ use std::ffi::{CStr, CString, c_char};
 use std::path::{Path, PathBuf};
 
 /// Options every kernel is compiled with, besides the target, defines and include dir.
-const BASE_OPTIONS: [&str; 1] = ["--std=c++17"];
+const BASE_OPTIONS: [&str; 2] = ["--std=c++17", "--fmad=false"];
 
 /// One compiled module: the cubin the driver loads as is (no JIT), and the PTX it came from.
 #[derive(Debug, Clone)]

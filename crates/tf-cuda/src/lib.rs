@@ -9,6 +9,7 @@ pub mod kernels;
 pub mod nvrtc;
 pub mod ops;
 pub mod pool;
+pub mod report;
 pub mod timing;
 
 pub use arch::Arch;

@@ -2,6 +2,7 @@
 
 pub mod attn;
 pub mod config;
+pub mod cuda;
 pub mod engram;
 pub mod linear;
 pub mod mhc;

@@ -1,7 +1,7 @@
 //! The device itself: what it is, and its device-to-device copy bandwidth (the ceiling later kernels are measured against).
 
-use crate::report::Report;
 use serde_json::json;
+use tf_cuda::report::Report;
 use tf_cuda::timing::{self, median};
 use tf_cuda::{Error, Gpu};
 

@@ -1,13 +1,13 @@
 //! `act_quant_fp8` and `fp8_gemv` on the GPU against `quant_fp8_pow2` and `qgemm_f32`, then timed against the copy bandwidth.
 
 use crate::device;
-use crate::report::Report;
 use serde_json::json;
 use tf_core::formats::{e8m0_to_f32, quant_fp8_pow2};
 use tf_core::ops::{Fp8Weight, QuantActs, qgemm_f32};
 use tf_core::rng::SplitMix64;
 use tf_core::{DType, Tensor, bf16};
 use tf_cuda::ops::{self, Fp8Decode, Fp8Kernel, WeightScale};
+use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu, PoolBuf};
 
 /// (rows, out, in): decode rows against model-sized weights, and a ragged case (out not a multiple of 32, K under a chunk).

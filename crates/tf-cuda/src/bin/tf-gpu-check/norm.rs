@@ -1,12 +1,12 @@
 //! `rmsnorm_bf16` on the GPU against `tf_core::ops::rms_norm_bf16`, plus the graph, pool and batch-invariance facts it shows.
 
 use crate::device;
-use crate::report::{Report, median};
 use serde_json::json;
 use tf_core::bf16;
 use tf_core::ops::rms_norm_bf16;
 use tf_core::rng::SplitMix64;
 use tf_cuda::error::DriverResultExt;
+use tf_cuda::report::{Report, median};
 use tf_cuda::{Error, Gpu, ops};
 
 /// Shapes (rows, dim): model widths, a ragged width, and a batch of 64.

@@ -1,4 +1,4 @@
-//! The self-check's findings: a table printed last and the same facts as JSON for the lead's records.
+//! GPU self-checks' findings: a table printed last, JSON for the records, and sections that fail alone.
 
 use serde_json::{Map, Value, json};
 use std::path::Path;
@@ -71,4 +71,45 @@ impl Report {
     }
 }
 
-pub use tf_cuda::timing::median;
+pub use crate::timing::median;
+
+/// `TF_CHECK_SEED`, else the clock: fresh data each run, printed so a failure can be replayed.
+pub fn seed() -> u64 {
+    std::env::var("TF_CHECK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    })
+}
+
+/// Runs one section, timing it, and records its error or panic as a failed row.
+pub fn section(report: &mut Report, name: &str, f: impl FnOnce(&mut Report) -> Result<(), crate::Error>) {
+    let t = std::time::Instant::now();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(report)));
+    let failure = match outcome {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(panic) => Some(format!(
+            "panicked: {}",
+            panic.downcast_ref::<String>().map(String::as_str).or(panic.downcast_ref::<&str>().copied()).unwrap_or("?")
+        )),
+    };
+    if let Some(what) = failure {
+        report.row(name, "section", what, false);
+    }
+    println!("{name} section took {:.1} s", t.elapsed().as_secs_f32());
+}
+
+/// Prints the table, writes `$OUT/{file}` when `OUT` is set; the exit code says whether every row passed.
+pub fn finish(report: &Report, file: &str) -> std::process::ExitCode {
+    report.print_table();
+    if let Some(out) = std::env::var_os("OUT") {
+        let path = Path::new(&out).join(file);
+        match report.write_json(&path) {
+            Ok(()) => println!("wrote {}", path.display()),
+            Err(e) => {
+                println!("FAIL writing {}: {e}", path.display());
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
+    if report.passed() { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE }
+}

@@ -1,0 +1,37 @@
+//! `embed_rows` and `scatter_rows` against plain host copies: exact, as they move bits.
+
+use crate::util::{bf16s, download_bf16, poisoned_bf16};
+use tf_core::rng::SplitMix64;
+use tf_cuda::report::Report;
+use tf_cuda::{Error, Gpu};
+use tf_dsv41::cuda::ops;
+
+pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
+    let (vocab, dim, hc, rows) = (300, 96, 4, 7);
+    let table = bf16s(rng, vocab * dim, 1.0);
+    let ids: Vec<i32> = (0..rows).map(|_| (rng.next_u64() % vocab as u64) as i32).collect();
+    let want: Vec<_> = ids
+        .iter()
+        .flat_map(|&t| (0..hc).flat_map(move |_| (0..dim).map(move |c| (t as usize, c))))
+        .map(|(t, c)| table[t * dim + c])
+        .collect();
+    let (td, idd) = (gpu.upload(&table)?, gpu.upload(&ids)?);
+    let mut x = poisoned_bf16(gpu, rows * hc * dim)?;
+    ops::embed_rows(gpu, &idd.view(), &td.view(), &mut x.view_mut(), rows, dim, hc)?;
+    let got = download_bf16(gpu, &x)?;
+    report.row("embed_rows", format!("{rows} rows × {hc} streams × {dim}"), "bit-exact gather", got == want);
+    let (ring, width) = (16, 40);
+    let src = bf16s(rng, rows * width, 1.0);
+    let mut slots: Vec<i32> = (0..rows as i32).map(|r| (r * 5 + 3) % ring as i32).collect();
+    slots[2] = -1;
+    let mut want = bf16s(rng, ring * width, 1.0);
+    let mut dst = gpu.upload(&want)?;
+    for (r, &s) in slots.iter().enumerate().filter(|(_, s)| **s >= 0) {
+        want[s as usize * width..(s as usize + 1) * width].copy_from_slice(&src[r * width..(r + 1) * width]);
+    }
+    let (sd, sl) = (gpu.upload(&src)?, gpu.upload(&slots)?);
+    ops::scatter_rows(gpu, &sd.view(), &mut dst.view_mut(), &sl.view(), (rows, width * 2, ring))?;
+    let got = download_bf16(gpu, &dst)?;
+    report.row("scatter_rows", format!("{rows} rows into {ring} slots, one skipped"), "bit-exact scatter", got == want);
+    Ok(())
+}

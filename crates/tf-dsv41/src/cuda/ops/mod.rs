@@ -1,0 +1,42 @@
+//! Launchers of the dsv41 kernels: each checks shapes and buffer sizes, then queues its launches on the GPU's stream.
+
+mod rows;
+
+pub use rows::{embed_rows, scatter_rows};
+
+use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
+use tf_cuda::Error;
+
+/// A device input: a byte view of a pooled buffer, a weight or a part of one.
+pub type In<'a> = CudaView<'a, u8>;
+/// A device output, written by the launch.
+pub type Out<'a> = CudaViewMut<'a, u8>;
+
+/// Fails naming `op` and the buffer unless it holds at least `need` bytes.
+pub(crate) fn need(op: &'static str, name: &str, have: usize, need: usize) -> Result<(), Error> {
+    if have >= need {
+        return Ok(());
+    }
+    Err(Error::Launch { op, what: format!("buffer `{name}` holds {have} bytes, needs {need}") })
+}
+
+/// `v` as a kernel's `int` argument, or an error naming it.
+pub(crate) fn int(op: &'static str, name: &str, v: usize) -> Result<i32, Error> {
+    i32::try_from(v).map_err(|_| Error::Launch { op, what: format!("{name} = {v} does not fit a 32-bit int") })
+}
+
+/// `a × b × …` in bytes, or an error naming the op when it overflows.
+pub(crate) fn bytes(op: &'static str, dims: &[usize]) -> Result<usize, Error> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::Launch { op, what: format!("{dims:?} overflows") })
+}
+
+/// A launch of `grid` blocks of `threads`, with `smem` bytes of dynamic shared memory.
+pub(crate) fn grid(grid: (usize, usize), threads: u32, smem: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid.0 as u32, grid.1 as u32, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: smem as u32,
+    }
+}

@@ -1,0 +1,60 @@
+//! `embed_rows` and `scatter_rows`: moving whole rows, no arithmetic.
+
+use super::{In, Out, bytes, grid, int, need};
+use crate::cuda::kernels::ROWS;
+use cudarc::driver::PushKernelArg;
+use tf_cuda::error::DriverResultExt;
+use tf_cuda::{Error, Gpu};
+
+/// `x[r, s, :] = table[ids[r], :]` for every stream `s < hc`: bf16 rows, ids i32 (checked by the caller against the vocab).
+pub fn embed_rows(
+    gpu: &Gpu,
+    ids: &In<'_>,
+    table: &In<'_>,
+    x: &mut Out<'_>,
+    rows: usize,
+    dim: usize,
+    hc: usize,
+) -> Result<(), Error> {
+    const OP: &str = "embed_rows";
+    need(OP, "ids", ids.len(), bytes(OP, &[rows, 4])?)?;
+    need(OP, "table", table.len(), bytes(OP, &[dim, 2])?)?;
+    need(OP, "x", x.len(), bytes(OP, &[rows, hc, dim, 2])?)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(&ROWS.spec(&[]), OP)?;
+    let (dim_i, hc_i) = (int(OP, "dim", dim)?, int(OP, "hc", hc)?);
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(ids).arg(table).arg(x).arg(&dim_i).arg(&hc_i);
+    // SAFETY: arguments match `embed_rows(const int*, const u16*, u16*, int, int)`; sizes checked above.
+    unsafe { launch.launch(grid((rows, 1), 128, 0)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+    Ok(())
+}
+
+/// `dst[slots[r]] = src[r]` for `rows` rows of `row_bytes` (a multiple of 4); a negative slot skips its row.
+pub fn scatter_rows(
+    gpu: &Gpu,
+    src: &In<'_>,
+    dst: &mut Out<'_>,
+    slots: &In<'_>,
+    (rows, row_bytes, dst_rows): (usize, usize, usize),
+) -> Result<(), Error> {
+    const OP: &str = "scatter_rows";
+    if !row_bytes.is_multiple_of(4) {
+        return Err(Error::Launch { op: OP, what: format!("row of {row_bytes} bytes is not whole 4-byte words") });
+    }
+    need(OP, "src", src.len(), bytes(OP, &[rows, row_bytes])?)?;
+    need(OP, "slots", slots.len(), bytes(OP, &[rows, 4])?)?;
+    need(OP, "dst", dst.len(), bytes(OP, &[dst_rows, row_bytes])?)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(&ROWS.spec(&[]), OP)?;
+    let words = int(OP, "row words", row_bytes / 4)?;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(src).arg(dst).arg(slots).arg(&words);
+    // SAFETY: arguments match `scatter_rows(const u32*, u32*, const int*, int)`; the caller's slots are below dst_rows.
+    unsafe { launch.launch(grid((rows, 1), 128, 0)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+    Ok(())
+}

@@ -1,0 +1,46 @@
+//! Every tf-dsv41 kernel compiles for every target with NVRTC (no GPU needed) and the embedded list is `kernels/*.cu`.
+
+use std::path::{Path, PathBuf};
+use tf_cuda::{Arch, KernelSpec, Nvrtc};
+use tf_dsv41::cuda::kernels::KERNELS;
+
+fn kernels_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels")
+}
+
+/// Fails, never skips, without NVRTC: a kernel that does not compile must fail CI.
+fn nvrtc() -> &'static Nvrtc {
+    Nvrtc::load_pinned().unwrap_or_else(|e| panic!("{e}\n{}", tf_cuda::kernels::INSTALL_HINT))
+}
+
+#[test]
+fn every_kernel_file_is_listed() {
+    let files = tf_cuda::kernels::cu_names(&kernels_dir()).unwrap();
+    let listed: Vec<String> = KERNELS.iter().map(|k| k.name.to_string()).collect();
+    assert_eq!(files, listed, "tf_dsv41::cuda::kernels::KERNELS must list every kernels/*.cu, in name order");
+    for k in KERNELS {
+        let on_disk = std::fs::read_to_string(kernels_dir().join(format!("{}.cu", k.name))).unwrap();
+        assert_eq!(k.source, on_disk, "{}: the embedded source is the file", k.name);
+    }
+}
+
+#[test]
+fn every_kernel_compiles_for_every_arch() {
+    let nvrtc = nvrtc();
+    for k in KERNELS {
+        let names = tf_cuda::kernels::entry_names(k.source);
+        assert!(!names.is_empty(), "{}.cu has no extern \"C\" __global__ entry", k.name);
+        let spec = KernelSpec { name: k.name, source: k.source, defines: vec![] };
+        for arch in Arch::ALL {
+            let out = nvrtc.compile(&spec, arch).unwrap_or_else(|e| panic!("{e}"));
+            assert!(out.cubin.starts_with(b"\x7fELF"), "{} for {arch}: not a cubin", k.name);
+            for entry in &names {
+                assert!(
+                    out.ptx.contains(&format!(".entry {entry}(")),
+                    "{} for {arch}: no `{entry}` in the PTX",
+                    k.name
+                );
+            }
+        }
+    }
+}
