@@ -170,6 +170,16 @@ impl Gpu {
         Ok(buf)
     }
 
+    /// An exactly sized buffer holding `host`'s bytes (for weights, which live as long as their model).
+    pub fn upload_exact<T: bytemuck::Pod>(&self, host: &[T]) -> Result<PoolBuf<'_>, Error> {
+        let bytes: &[u8] = bytemuck::cast_slice(host);
+        let mut buf = self.pool.take_exact(bytes.len())?;
+        self.stream
+            .memcpy_htod(bytes, &mut buf.view_mut())
+            .doing(|| format!("copying {} bytes to GPU", bytes.len()))?;
+        Ok(buf)
+    }
+
     /// Overwrites `buf` with `host`'s bytes (at most its length).
     pub fn write<T: bytemuck::Pod>(&self, host: &[T], buf: &mut PoolBuf<'_>) -> Result<(), Error> {
         let bytes: &[u8] = bytemuck::cast_slice(host);

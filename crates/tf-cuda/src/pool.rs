@@ -101,6 +101,16 @@ impl DevicePool {
         Ok(PoolBuf { slice: Some(slice), len: bytes, class, pool: self })
     }
 
+    /// A buffer of exactly `bytes` (weights: no size-class slack); on drop it waits on its own list for a take of that size.
+    pub fn take_exact(&self, bytes: usize) -> Result<PoolBuf<'_>, Error> {
+        let class = bytes.max(1);
+        let slice = self.lists().take(class, || {
+            // SAFETY: u8 has no invalid bit patterns; callers write before they read.
+            unsafe { self.stream.alloc::<u8>(class) }.doing(|| format!("cudaMalloc of {class} bytes"))
+        })?;
+        Ok(PoolBuf { slice: Some(slice), len: bytes, class, pool: self })
+    }
+
     /// Frees every buffer not in use.
     pub fn release_free(&self) {
         drop(self.lists().drain());

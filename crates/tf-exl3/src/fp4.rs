@@ -40,6 +40,11 @@ impl Fp4Weight {
         self.inp
     }
 
+    /// The packed E2M1 pairs `[out, in/2]` and E8M0 scales `[out, in/32]` as stored, for uploads.
+    pub fn raw(&self) -> (&[u8], &[u8]) {
+        (self.weight.bytes(), self.scale.bytes())
+    }
+
     /// The weight's scale for output row `n` and K block `kb`.
     pub fn scale_at(&self, n: usize, kb: usize) -> f32 {
         e8m0_to_f32(self.scale.bytes()[n * (self.inp / QBLOCK) + kb])

@@ -7,12 +7,15 @@ use super::half16::{bf16_bits_to_f32, to_bf16};
 use half::bf16;
 
 /// The kernels multiply by the reciprocal rounded to f32 (K41:47,138), not divide by the max.
-const FP8_MAX_INV: f32 = 1.0 / E4M3_MAX;
-const FP4_MAX_INV: f32 = 1.0 / E2M1_MAX;
-/// Floors on a group's amax so an all-zero group still gets a finite, nonzero scale.
-const FP8_AMAX_FLOOR: f32 = 1e-4;
-const FP4_E8M0_AMAX_FLOOR: f32 = 6.0 * f32::MIN_POSITIVE;
-const FP4_E4M3_AMAX_FLOOR: f32 = 6.0 / 512.0;
+pub const FP8_MAX_INV: f32 = 1.0 / E4M3_MAX;
+/// 1/6 rounded to f32, as the FP4 quantizer multiplies.
+pub const FP4_MAX_INV: f32 = 1.0 / E2M1_MAX;
+/// Floors on a group's amax so an all-zero group still gets a finite, nonzero scale (FP8 here).
+pub const FP8_AMAX_FLOOR: f32 = 1e-4;
+/// The E8M0 FP4 group's amax floor.
+pub const FP4_E8M0_AMAX_FLOOR: f32 = 6.0 * f32::MIN_POSITIVE;
+/// The E4M3 FP4 group's amax floor.
+pub const FP4_E4M3_AMAX_FLOOR: f32 = 6.0 / 512.0;
 
 /// FP8 E4M3 codes with one power-of-two scale per group (`scales[i]` covers `codes[i*g..(i+1)*g]`).
 #[derive(Clone, Debug, PartialEq)]

@@ -296,6 +296,11 @@ impl Fp8Weight {
         self.inp
     }
 
+    /// The E4M3 codes `[out, in]` and E8M0 tile scales `[⌈out/32⌉, in/32]` as stored, for uploads.
+    pub fn raw(&self) -> (&[u8], &[u8]) {
+        (self.weight.bytes(), self.scale.bytes())
+    }
+
     /// The weight's scale for output row `n` and K block `kb`.
     pub fn scale_at(&self, n: usize, kb: usize) -> f32 {
         e8m0_to_f32(self.scale.bytes()[(n / QBLOCK) * (self.inp / QBLOCK) + kb])
