@@ -51,28 +51,41 @@ impl EngramGate {
                 .map_err(|err| Error::Invalid(err.to_string()))?;
         }
         let kv = self.wkv.forward(&e, rows);
-        let inv_sqrt_dim = (dim as f32).powf(-0.5);
-        for r in 0..rows {
-            let kvr = &kv[r * (hc + 1) * dim..(r + 1) * (hc + 1) * dim];
-            let value = &kvr[hc * dim..];
-            for i in 0..hc {
-                let xs = &mut x[(r * hc + i) * dim..(r * hc + i + 1) * dim];
-                let key = &kvr[i * dim..(i + 1) * dim];
-                let w = &self.weight[i * dim..(i + 1) * dim];
-                let h: Vec<f32> = xs.iter().map(|v| v.to_f32()).collect();
-                let ms_h = h.iter().map(|v| v * v).sum::<f32>() / dim as f32;
-                let ms_k = key.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>() / dim as f32;
-                let rstd = (1.0 / (ms_h + eps).sqrt()) * (1.0 / (ms_k + eps).sqrt());
-                let dot: f32 =
-                    h.iter().zip(w).zip(key).map(|((a, b), k)| a * b * k.to_f32()).sum::<f32>() * rstd * inv_sqrt_dim;
-                let gate =
-                    if live.is_some_and(|l| !l[r]) { 0.0 } else { sigmoid(dot.abs().max(1e-6).sqrt().copysign(dot)) };
-                for ((o, hv), v) in xs.iter_mut().zip(&h).zip(value) {
-                    *o = to_bf16(hv + gate * v.to_f32());
-                }
+        gate_rows(x, &kv, &self.weight, (hc, dim), live, eps);
+        Ok(())
+    }
+}
+
+/// The gate on streams `x` `[rows, hc, dim]` from `wkv`'s bf16 output `[rows, (hc+1)·dim]` (hc keys, then the value).
+pub fn gate_rows(
+    x: &mut [bf16],
+    kv: &[bf16],
+    weight: &[f32],
+    (hc, dim): (usize, usize),
+    live: Option<&[bool]>,
+    eps: f32,
+) {
+    let rows = kv.len() / ((hc + 1) * dim);
+    let inv_sqrt_dim = (dim as f32).powf(-0.5);
+    for r in 0..rows {
+        let kvr = &kv[r * (hc + 1) * dim..(r + 1) * (hc + 1) * dim];
+        let value = &kvr[hc * dim..];
+        for i in 0..hc {
+            let xs = &mut x[(r * hc + i) * dim..(r * hc + i + 1) * dim];
+            let key = &kvr[i * dim..(i + 1) * dim];
+            let w = &weight[i * dim..(i + 1) * dim];
+            let h: Vec<f32> = xs.iter().map(|v| v.to_f32()).collect();
+            let ms_h = h.iter().map(|v| v * v).sum::<f32>() / dim as f32;
+            let ms_k = key.iter().map(|v| v.to_f32() * v.to_f32()).sum::<f32>() / dim as f32;
+            let rstd = (1.0 / (ms_h + eps).sqrt()) * (1.0 / (ms_k + eps).sqrt());
+            let dot: f32 =
+                h.iter().zip(w).zip(key).map(|((a, b), k)| a * b * k.to_f32()).sum::<f32>() * rstd * inv_sqrt_dim;
+            let gate =
+                if live.is_some_and(|l| !l[r]) { 0.0 } else { sigmoid(dot.abs().max(1e-6).sqrt().copysign(dot)) };
+            for ((o, hv), v) in xs.iter_mut().zip(&h).zip(value) {
+                *o = to_bf16(hv + gate * v.to_f32());
             }
         }
-        Ok(())
     }
 }
 

@@ -45,8 +45,8 @@ impl AttnWeights {
         let c = ((hd as f64).powf(-0.5) * (heads as f64).powf(-0.5)) as f32;
         let mut out = Vec::with_capacity(rows);
         for r in 0..rows {
-            let cl = (inp.pos0 + r + 1) / inp.ratio;
-            let wr: Vec<f32> = w[r * heads..(r + 1) * heads].iter().map(|v| round_bf16(v.to_f32() * c)).collect();
+            let cl = visible_groups(inp.pos0 + r, inp.ratio);
+            let wr = head_weights(&w[r * heads..(r + 1) * heads], c);
             let qrow = &q[r * heads * hd..(r + 1) * heads * hd];
             let zero = vec![bf16::ZERO; hd];
             let key = |t: usize| inp.keys.get(t).map_or(zero.as_slice(), Vec::as_slice);
@@ -58,11 +58,7 @@ impl AttnWeights {
                 }
                 shared.candidates[r] = mask;
             } else if self.uses_candidates {
-                for (s, keep) in score.iter_mut().zip(&shared.candidates[r]) {
-                    if !keep {
-                        *s = f32::NEG_INFINITY;
-                    }
-                }
+                apply_candidates(&mut score, &shared.candidates[r]);
             }
             out.push(top_k(&score, self.index_topk.min(cl)));
         }
@@ -70,8 +66,27 @@ impl AttnWeights {
     }
 }
 
+/// Compressed groups a row at position `pos` may select: those complete by then.
+pub fn visible_groups(pos: usize, ratio: usize) -> usize {
+    (pos + 1) / ratio
+}
+
+/// A row's per-head score weights: `bf16(w_h · c)` with `c = hd^-0.5 · heads^-0.5`.
+pub fn head_weights(w: &[bf16], c: f32) -> Vec<f32> {
+    w.iter().map(|v| round_bf16(v.to_f32() * c)).collect()
+}
+
+/// Scores of groups outside the candidate source's mask become -inf; groups past the mask's length keep theirs.
+pub fn apply_candidates(score: &mut [f32], keep: &[bool]) {
+    for (s, keep) in score.iter_mut().zip(keep) {
+        if !keep {
+            *s = f32::NEG_INFINITY;
+        }
+    }
+}
+
 /// `Σ_h bf16(relu(bf16(q_h·k)) · w_h)` summed in f32 and rounded to bf16, the reference's rounding points.
-fn index_score(q: &[bf16], k: &[bf16], w: &[f32], hd: usize) -> f32 {
+pub fn index_score(q: &[bf16], k: &[bf16], w: &[f32], hd: usize) -> f32 {
     let mut total = 0.0f32;
     for (h, qh) in q.chunks_exact(hd).enumerate() {
         let dot = round_bf16(qh.iter().zip(k).map(|(a, b)| a.to_f32() * b.to_f32()).sum::<f32>());
@@ -89,12 +104,17 @@ pub fn top_k(score: &[f32], k: usize) -> Vec<usize> {
     idx
 }
 
+/// `f32::max` with +0 over −0 (and NaN ignored), so a ±0 tie picks the same block on every platform.
+fn block_max(m: f32, v: f32) -> f32 {
+    if v > m || (v == m && v.is_sign_positive()) { v } else { m }
+}
+
 /// Level one of the two-level top-k: keep the best blocks (max score per block), the newest block pinned.
 pub fn candidate_mask(score: &[f32], topk_blocks: usize, block: usize) -> Vec<bool> {
     let n = score.len();
     let nb = n.div_ceil(block);
     let mut bs: Vec<f32> = (0..nb)
-        .map(|b| score[b * block..((b + 1) * block).min(n)].iter().copied().fold(f32::NEG_INFINITY, f32::max))
+        .map(|b| score[b * block..((b + 1) * block).min(n)].iter().copied().fold(f32::NEG_INFINITY, block_max))
         .collect();
     if n > 0 {
         bs[(n - 1) / block] = f32::INFINITY;

@@ -7,7 +7,7 @@ mod load;
 pub mod sparse;
 
 pub use compress::pool;
-pub use index::{Shared, candidate_mask, top_k};
+pub use index::{Shared, apply_candidates, candidate_mask, head_weights, index_score, top_k, visible_groups};
 pub use load::{AttnWeights, Compressor, IndexKeys, Indexer};
 
 use crate::config::{AttnMode, LayerRole};

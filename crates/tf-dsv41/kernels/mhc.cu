@@ -1,0 +1,123 @@
+// Manifold-constrained hyper-connections (dsv41 §8) as crates/tf-dsv41/src/mhc.rs computes them: mixes, collapse, expand.
+#include <cuda_bf16.h>
+
+// Fixed so a row's reduction tree, hence its bits, never depends on the launch.
+#define MHC_THREADS 256
+// hc is 4 in every dsv41 model; local arrays need a bound, the launcher checks it.
+#define MHC_MAX_HC 8
+
+__device__ __forceinline__ float bf16_in(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
+__device__ __forceinline__ unsigned short bf16_out(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// Every thread gets the block's total: strided sequential sums, an xor tree per warp, then the same over the warps.
+__device__ float block_sum(float v, float* scratch) {
+    v = warp_sum(v);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    return warp_sum((threadIdx.x & 31) < MHC_THREADS / 32 ? scratch[threadIdx.x & 31] : 0.0f);
+}
+
+// The CPU's sigmoid: 1 / (1 + exp(-x)).
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Grid (rows, mix): block (r, o) writes m[r, o] = (x_r · func_o) / sqrt(mean(x_r²) + eps); each block redoes the row's sum of squares (the same tree, so the same bits) to need no scratch buffer and no second pass.
+extern "C" __global__ void __launch_bounds__(MHC_THREADS)
+hc_dots(const unsigned short* __restrict__ x, const float* __restrict__ func, float* __restrict__ m, int width, int mix,
+        float eps) {
+    __shared__ float scratch[MHC_THREADS / 32];
+    const unsigned short* xr = x + (size_t)blockIdx.x * width;
+    const float* wr = func + (size_t)blockIdx.y * width;
+    float dot = 0.0f, sq = 0.0f;
+    for (int i = threadIdx.x; i < width; i += MHC_THREADS) {
+        const float v = bf16_in(xr[i]);
+        dot += v * wr[i];
+        sq += v * v;
+    }
+    dot = block_sum(dot, scratch);
+    sq = block_sum(sq, scratch);
+    if (threadIdx.x == 0) {
+        const float rsqrt = 1.0f / sqrtf(sq / (float)width + eps);
+        m[(size_t)blockIdx.x * mix + blockIdx.y] = dot * rsqrt;
+    }
+}
+
+// The CPU's column normalization: each column over its sum (in row order) plus eps.
+__device__ void normalize_cols(float* c, int hc, float eps) {
+    for (int j = 0; j < hc; ++j) {
+        float s = -0.0f;
+        for (int i = 0; i < hc; ++i) s += c[i * hc + j];
+        s = s + eps;
+        for (int i = 0; i < hc; ++i) c[i * hc + j] /= s;
+    }
+}
+
+// One thread per row, in place over that row's m: split_sinkhorn's f32 operations in its order (f32 sums start at -0.0 like Rust's Sum, which equals starting from the first term).
+extern "C" __global__ void hc_sinkhorn(float* __restrict__ mix, const float* __restrict__ scale,
+                                       const float* __restrict__ base, int rows, int hc, int iters, float eps) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float* m = mix + (size_t)r * (2 + hc) * hc;
+    float pre[MHC_MAX_HC], post[MHC_MAX_HC], c[MHC_MAX_HC * MHC_MAX_HC];
+    for (int i = 0; i < hc; ++i) pre[i] = sigmoid(m[i] * scale[0] + base[i]) + eps;
+    for (int i = 0; i < hc; ++i) post[i] = 2.0f * sigmoid(m[hc + i] * scale[1] + base[hc + i]);
+    for (int k = 0; k < hc * hc; ++k) c[k] = m[2 * hc + k] * scale[2] + base[2 * hc + k];
+    for (int i = 0; i < hc; ++i) {
+        float* row = c + i * hc;
+        float mx = __uint_as_float(0xff800000u);
+        for (int j = 0; j < hc; ++j) mx = fmaxf(mx, row[j]);
+        for (int j = 0; j < hc; ++j) row[j] = expf(row[j] - mx);
+        float s = -0.0f;
+        for (int j = 0; j < hc; ++j) s += row[j];
+        for (int j = 0; j < hc; ++j) row[j] = row[j] / s + eps;
+    }
+    normalize_cols(c, hc, eps);
+    for (int it = 1; it < iters; ++it) {
+        for (int i = 0; i < hc; ++i) {
+            float* row = c + i * hc;
+            float s = -0.0f;
+            for (int j = 0; j < hc; ++j) s += row[j];
+            s = s + eps;
+            for (int j = 0; j < hc; ++j) row[j] /= s;
+        }
+        normalize_cols(c, hc, eps);
+    }
+    for (int i = 0; i < hc; ++i) m[i] = pre[i];
+    for (int i = 0; i < hc; ++i) m[hc + i] = post[i];
+    for (int k = 0; k < hc * hc; ++k) m[2 * hc + k] = c[k];
+}
+
+// Grid (rows, ⌈dim/threads⌉): y[r, c] = bf16(Σ_i pre_i · x[r, i, c]), summed in stream order as the CPU does.
+extern "C" __global__ void hc_pre(const unsigned short* __restrict__ x, const float* __restrict__ mix,
+                                  unsigned short* __restrict__ y, int hc, int dim) {
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= dim) return;
+    const float* pre = mix + (size_t)blockIdx.x * (2 + hc) * hc;
+    const unsigned short* xr = x + (size_t)blockIdx.x * hc * dim + c;
+    float s = -0.0f;
+    for (int i = 0; i < hc; ++i) s += pre[i] * bf16_in(xr[(size_t)i * dim]);
+    y[(size_t)blockIdx.x * dim + c] = bf16_out(s);
+}
+
+// Grid (rows, ⌈dim/threads⌉): out[r, j, c] = bf16(post_j · f[r, c] + Σ_i comb[i][j] · x[r, i, c]), sums in stream order.
+extern "C" __global__ void hc_post(const unsigned short* __restrict__ f, const unsigned short* __restrict__ x,
+                                   const float* __restrict__ mix, unsigned short* __restrict__ out, int hc, int dim) {
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= dim) return;
+    const float* post = mix + (size_t)blockIdx.x * (2 + hc) * hc + hc;
+    const float* comb = post + hc;
+    const size_t at = (size_t)blockIdx.x * hc * dim + c;
+    float xv[MHC_MAX_HC];
+    for (int i = 0; i < hc; ++i) xv[i] = bf16_in(x[at + (size_t)i * dim]);
+    const float y = bf16_in(f[(size_t)blockIdx.x * dim + c]);
+    for (int j = 0; j < hc; ++j) {
+        float mixed = -0.0f;
+        for (int i = 0; i < hc; ++i) mixed += comb[i * hc + j] * xv[i];
+        out[at + (size_t)j * dim] = bf16_out(post[j] * y + mixed);
+    }
+}

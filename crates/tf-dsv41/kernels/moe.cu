@@ -1,0 +1,88 @@
+// MoE pieces (dsv41 §9) as crates/tf-dsv41/src/moe.rs computes them: routing, the SwiGLU between the GEMVs, the sum.
+#include <cuda_bf16.h>
+
+#define ROUTE_THREADS 256
+
+__device__ __forceinline__ unsigned short bf16_out(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+// An f32 GEMV output as the CPU's linears return it: rounded to bf16, then widened back.
+__device__ __forceinline__ float via_bf16(float v) { return __uint_as_float((unsigned)bf16_out(v) << 16); }
+
+// f32::total_cmp's key: comparing these as signed ints orders floats as Rust's total order does (−0 below +0).
+__device__ __forceinline__ int total_key(float v) {
+    const int b = __float_as_int(v);
+    return b ^ (int)(((unsigned)(b >> 31)) >> 1);
+}
+
+// Grid: one block per row; dynamic shared memory of 2·experts + topk words. The expert ranked k by (biased score desc, id asc) is ids[k]; weights come from the unbiased sqrt-softplus scores, normalized in rank order.
+extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
+moe_route(const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+          float* __restrict__ weights, int experts, int topk, int norm_topk, float route_scale) {
+    extern __shared__ float smem[];
+    float* score = smem;
+    int* key = (int*)(smem + experts);
+    int* pick = key + experts;
+    const float* lr = logits + (size_t)blockIdx.x * experts;
+    for (int e = threadIdx.x; e < experts; e += ROUTE_THREADS) {
+        const float l = lr[e];
+        const float s = sqrtf(l > 20.0f ? l : log1pf(expf(l)));
+        score[e] = s;
+        key[e] = total_key(s + bias[e]);
+    }
+    __syncthreads();
+    // Each expert's rank is how many come before it in the total order: no sort, and ties go to the lower id.
+    for (int e = threadIdx.x; e < experts; e += ROUTE_THREADS) {
+        const int k = key[e];
+        int rank = 0;
+        for (int j = 0; j < experts && rank < topk; ++j) rank += key[j] > k || (key[j] == k && j < e);
+        if (rank < topk) pick[rank] = e;
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < topk; k += ROUTE_THREADS) {
+        float w = score[pick[k]];
+        if (norm_topk && topk > 1) {
+            float s = -0.0f;
+            for (int q = 0; q < topk; ++q) s += score[pick[q]];
+            w /= s + 1e-20f;
+        }
+        ids[(size_t)blockIdx.x * topk + k] = pick[k];
+        weights[(size_t)blockIdx.x * topk + k] = w * route_scale;
+    }
+}
+
+// Grid (pairs, ⌈inter/threads⌉): out = bf16(silu(min(g, L)) · clamp(u, ±L) · w[p]) on bf16-rounded g and u; the clamp only when limit > 0 and the weight only when has_weights, as the CPU's swiglu.
+extern "C" __global__ void moe_swiglu(const float* __restrict__ g, const float* __restrict__ u,
+                                      const float* __restrict__ weights, unsigned short* __restrict__ out, int inter,
+                                      int has_weights, float limit) {
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= inter) return;
+    const size_t at = (size_t)blockIdx.x * inter + c;
+    float gv = via_bf16(g[at]), uv = via_bf16(u[at]);
+    if (limit > 0.0f) {
+        uv = uv < -limit ? -limit : uv;
+        uv = uv > limit ? limit : uv;
+        gv = fminf(gv, limit);
+    }
+    float h = gv / (1.0f + expf(-gv)) * uv;
+    if (has_weights) h *= weights[blockIdx.x];
+    out[at] = bf16_out(h);
+}
+
+// Grid (rows, ⌈dim/threads⌉); dynamic shared memory of topk words. y = bf16(Σ bf16(down) over the row's picks in ascending expert id, from +0.0, + bf16(shared)): Moe::forward walks experts in index order.
+extern "C" __global__ void moe_combine(const float* __restrict__ down, const int* __restrict__ ids,
+                                       const float* __restrict__ shared, unsigned short* __restrict__ y, int topk,
+                                       int dim) {
+    extern __shared__ int order[];
+    const int* ir = ids + (size_t)blockIdx.x * topk;
+    for (int t = threadIdx.x; t < topk; t += blockDim.x) {
+        const int id = ir[t];
+        int rank = 0;
+        for (int j = 0; j < topk; ++j) rank += ir[j] < id || (ir[j] == id && j < t);
+        order[rank] = t;
+    }
+    __syncthreads();
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= dim) return;
+    float a = 0.0f;
+    for (int k = 0; k < topk; ++k) a += via_bf16(down[((size_t)blockIdx.x * topk + order[k]) * dim + c]);
+    y[(size_t)blockIdx.x * dim + c] = bf16_out(a + via_bf16(shared[(size_t)blockIdx.x * dim + c]));
+}

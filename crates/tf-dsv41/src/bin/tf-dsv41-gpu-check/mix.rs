@@ -1,0 +1,188 @@
+//! mHC mixes/collapse/expand, the MoE glue (router, SwiGLU, combine) and the Engram gate against their CPU twins.
+
+use crate::util::{bf16s, diff_bf16, diff_f32, download_bf16, normals, poisoned_bf16, poisoned_f32};
+use tf_core::bf16;
+use tf_core::formats::to_bf16;
+use tf_core::rng::SplitMix64;
+use tf_cuda::report::Report;
+use tf_cuda::{Error, Gpu, PoolBuf};
+use tf_dsv41::cuda::ops;
+use tf_dsv41::engram::gate_rows;
+use tf_dsv41::linear::Dense;
+use tf_dsv41::mhc::{HcMix, HcSite, hc_post, hc_pre};
+use tf_dsv41::moe::{route, swiglu};
+
+/// Declared: the mixes' dot products sum in another order (relative ~1e-6), which Sinkhorn carries through: 1e-4.
+const MIX_TOL: f64 = 1e-4;
+/// Declared: GPU expf/sqrtf/log1pf differ from the host's by ≤ 2 f32 ulps: router weights within 1e-6 relative.
+const ROUTE_TOL: f64 = 1e-6;
+/// Declared: outputs rounded once to bf16 after an exp or a reordered sum: at most one ulp apart.
+const ONE_ULP: f64 = 1.0;
+
+fn up_bf16<'g>(gpu: &'g Gpu, v: &[bf16]) -> Result<PoolBuf<'g>, Error> {
+    gpu.upload(&v.iter().map(|b| b.to_bits()).collect::<Vec<u16>>())
+}
+
+fn flat(m: &[HcMix]) -> Vec<f32> {
+    m.iter().flat_map(|m| m.pre.iter().chain(&m.post).chain(&m.comb).copied()).collect()
+}
+
+pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
+    mhc_case(gpu, rng, report)?;
+    moe_case(gpu, rng, report)?;
+    engram_case(gpu, rng, report)
+}
+
+/// Mixes within MIX_TOL; collapse and expand from the CPU's own mixes bit for bit (same f32 ops, same order).
+fn mhc_case(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
+    let (rows, hc, dim, iters) = (6, 4, 320, 20);
+    let mix = (2 + hc) * hc;
+    let site = HcSite {
+        func: Dense { out: mix, inp: hc * dim, w: normals(rng, mix * hc * dim, 0.02) },
+        scale: normals(rng, 3, 0.5),
+        base: normals(rng, mix, 0.5),
+    };
+    let x = bf16s(rng, rows * hc * dim, 1.0);
+    let want = site.mixes(&x, rows, hc, iters, 1e-6, 1e-6);
+    let (xd, fd, sd, bd) =
+        (up_bf16(gpu, &x)?, gpu.upload(&site.func.w)?, gpu.upload(&site.scale)?, gpu.upload(&site.base)?);
+    let mut md = poisoned_f32(gpu, rows * mix)?;
+    ops::hc_mixes(
+        gpu,
+        &xd.view(),
+        &fd.view(),
+        &sd.view(),
+        &bd.view(),
+        &mut md.view_mut(),
+        (rows, hc, dim),
+        iters,
+        1e-6,
+        1e-6,
+    )?;
+    let d = diff_f32(&gpu.download::<f32>(&md)?, &flat(&want), 1e-3);
+    report.row(
+        "hc_mixes",
+        format!("{rows} rows, hc {hc}, dim {dim}, {iters} Sinkhorn iterations"),
+        d.describe("relative"),
+        d.pass(MIX_TOL),
+    );
+    let cpu_mix = gpu.upload(&flat(&want))?;
+    let pre_want: Vec<bf16> =
+        (0..rows).flat_map(|r| hc_pre(&x[r * hc * dim..(r + 1) * hc * dim], &want[r].pre, dim)).collect();
+    let mut yd = poisoned_bf16(gpu, rows * dim)?;
+    ops::hc_pre(gpu, &xd.view(), &cpu_mix.view(), &mut yd.view_mut(), (rows, hc, dim))?;
+    let d = diff_bf16(&download_bf16(gpu, &yd)?, &pre_want);
+    report.row("hc_pre", format!("{rows} rows from the CPU's mixes"), d.describe("ulp"), d.pass(0.0));
+    let f = bf16s(rng, rows * dim, 1.0);
+    let post_want: Vec<bf16> = (0..rows)
+        .flat_map(|r| hc_post(&f[r * dim..(r + 1) * dim], &x[r * hc * dim..(r + 1) * hc * dim], &want[r], dim))
+        .collect();
+    let mut od = poisoned_bf16(gpu, rows * hc * dim)?;
+    ops::hc_post(gpu, &up_bf16(gpu, &f)?.view(), &xd.view(), &cpu_mix.view(), &mut od.view_mut(), (rows, hc, dim))?;
+    let d = diff_bf16(&download_bf16(gpu, &od)?, &post_want);
+    report.row("hc_post", format!("{rows} rows from the CPU's mixes"), d.describe("ulp"), d.pass(0.0));
+    Ok(())
+}
+
+/// Router ids exactly and weights within ROUTE_TOL; SwiGLU within one ulp; the combine bit for bit.
+fn moe_case(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
+    let (rows, experts, topk, inter, dim, limit) = (7, 48, 6, 96, 128, 7.0);
+    let logits = normals(rng, rows * experts, 2.0);
+    let bias = normals(rng, experts, 0.1);
+    let want: Vec<Vec<(usize, f32)>> = logits.chunks_exact(experts).map(|l| route(l, &bias, topk, true, 2.5)).collect();
+    let (ld, bd) = (gpu.upload(&logits)?, gpu.upload(&bias)?);
+    let (mut ids, mut wts) = (gpu.upload(&vec![-7i32; rows * topk])?, poisoned_f32(gpu, rows * topk)?);
+    ops::route(
+        gpu,
+        &ld.view(),
+        &bd.view(),
+        &mut ids.view_mut(),
+        &mut wts.view_mut(),
+        (rows, experts, topk),
+        true,
+        2.5,
+    )?;
+    let got_ids = gpu.download::<i32>(&ids)?;
+    let want_ids: Vec<i32> = want.iter().flatten().map(|(e, _)| *e as i32).collect();
+    let want_w: Vec<f32> = want.iter().flatten().map(|(_, w)| *w).collect();
+    let d = diff_f32(&gpu.download::<f32>(&wts)?, &want_w, 1e-3);
+    report.row(
+        "route",
+        format!("{rows} rows, top-{topk} of {experts}"),
+        format!("ids equal: {}; weights {}", got_ids == want_ids, d.describe("relative")),
+        got_ids == want_ids && d.pass(ROUTE_TOL),
+    );
+    let pairs = rows * topk;
+    let (g, u) = (normals(rng, pairs * inter, 4.0), normals(rng, pairs * inter, 4.0));
+    let b = |v: &[f32]| v.iter().map(|&x| to_bf16(x)).collect::<Vec<bf16>>();
+    let sw_want = swiglu(&b(&g), &b(&u), Some(&want_w), limit);
+    let mut hd = poisoned_bf16(gpu, pairs * inter)?;
+    let wd = gpu.upload(&want_w)?;
+    ops::swiglu(
+        gpu,
+        &gpu.upload(&g)?.view(),
+        &gpu.upload(&u)?.view(),
+        Some(&wd.view()),
+        &mut hd.view_mut(),
+        (pairs, inter),
+        limit,
+    )?;
+    let d = diff_bf16(&download_bf16(gpu, &hd)?, &sw_want);
+    report.row(
+        "swiglu",
+        format!("{pairs} pairs × {inter}, limit {limit}, weighted"),
+        d.describe("ulp"),
+        d.pass(ONE_ULP),
+    );
+    let (down, shared) = (normals(rng, pairs * dim, 1.0), normals(rng, rows * dim, 1.0));
+    let mut comb_want = Vec::with_capacity(rows * dim);
+    for r in 0..rows {
+        let mut order: Vec<usize> = (0..topk).collect();
+        order.sort_by_key(|&i| want_ids[r * topk + i]);
+        for c in 0..dim {
+            let s = order.iter().fold(0.0f32, |a, &i| a + to_bf16(down[(r * topk + i) * dim + c]).to_f32());
+            comb_want.push(to_bf16(s + to_bf16(shared[r * dim + c]).to_f32()));
+        }
+    }
+    let mut yd = poisoned_bf16(gpu, rows * dim)?;
+    let idd = gpu.upload(&want_ids)?;
+    ops::moe_combine(
+        gpu,
+        &gpu.upload(&down)?.view(),
+        &idd.view(),
+        &gpu.upload(&shared)?.view(),
+        &mut yd.view_mut(),
+        (rows, topk, dim),
+    )?;
+    let d = diff_bf16(&download_bf16(gpu, &yd)?, &comb_want);
+    report.row(
+        "moe_combine",
+        format!("{rows} rows × top-{topk} × {dim}, ascending expert order"),
+        d.describe("ulp"),
+        d.pass(0.0),
+    );
+    Ok(())
+}
+
+/// The gate from wkv's f32 output (rounded to bf16 on both sides): one ulp.
+fn engram_case(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
+    let (rows, hc, dim) = (5, 4, 256);
+    let x = bf16s(rng, rows * hc * dim, 1.0);
+    let kv = normals(rng, rows * (hc + 1) * dim, 1.0);
+    let weight = normals(rng, hc * dim, 1.0);
+    let mut want = x.clone();
+    let kvb: Vec<bf16> = kv.iter().map(|&v| to_bf16(v)).collect();
+    gate_rows(&mut want, &kvb, &weight, (hc, dim), None, 1e-6);
+    let mut xd = up_bf16(gpu, &x)?;
+    ops::engram_gate(
+        gpu,
+        &mut xd.view_mut(),
+        &gpu.upload(&kv)?.view(),
+        &gpu.upload(&weight)?.view(),
+        (rows, hc, dim),
+        1e-6,
+    )?;
+    let d = diff_bf16(&download_bf16(gpu, &xd)?, &want);
+    report.row("engram_gate", format!("{rows} rows × {hc} streams × {dim}"), d.describe("ulp"), d.pass(ONE_ULP));
+    Ok(())
+}

@@ -1,0 +1,30 @@
+//! `f32_to_bf16`: activations rounded to bf16 exactly as `tf_core::formats::to_bf16` (NaN payloads kept, made quiet).
+
+use super::{In, Out, bytes, grid, need};
+use crate::cuda::kernels::CONVERT;
+use cudarc::driver::PushKernelArg;
+use tf_cuda::error::DriverResultExt;
+use tf_cuda::{Error, Gpu};
+
+/// Threads per block of the grid-stride conversion.
+const THREADS: usize = 256;
+/// Enough blocks to fill any GPU; larger arrays loop.
+const MAX_BLOCKS: usize = 1 << 16;
+
+/// `y[i] = to_bf16(x[i])` for `n` f32 values into `n` bf16.
+pub fn f32_to_bf16(gpu: &Gpu, x: &In<'_>, y: &mut Out<'_>, n: usize) -> Result<(), Error> {
+    const OP: &str = "f32_to_bf16";
+    need(OP, "x", x.len(), bytes(OP, &[n, 4])?)?;
+    need(OP, "y", y.len(), bytes(OP, &[n, 2])?)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(&CONVERT.spec(&[]), OP)?;
+    let n_u = n as u64;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(x).arg(y).arg(&n_u);
+    let blocks = n.div_ceil(THREADS).min(MAX_BLOCKS);
+    // SAFETY: arguments match `f32_to_bf16(const u32*, u16*, unsigned long long)`; x holds n f32 and y n bf16.
+    unsafe { launch.launch(grid((blocks, 1), THREADS as u32, 0)) }.doing(|| format!("launching {OP} on {n} values"))?;
+    Ok(())
+}

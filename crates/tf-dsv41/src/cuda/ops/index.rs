@@ -1,0 +1,135 @@
+//! The lightning indexer on the GPU: `index_scores` and `index_select`, bit-exact to `attn::index` given equal inputs.
+
+use super::{In, Out, bytes, grid, int, need};
+use crate::cuda::kernels::INDEX;
+use cudarc::driver::PushKernelArg;
+use tf_cuda::error::DriverResultExt;
+use tf_cuda::{Error, Gpu};
+
+/// Threads per block of `index_scores`, one group each.
+const SCORE_THREADS: u32 = 128;
+/// Threads per row of `index_select` (a multiple of 32 for its block scan).
+const SELECT_THREADS: u32 = 512;
+/// Dynamic shared memory a launch may use, leaving room for the kernel's static arrays under 48 KiB.
+const SMEM_LIMIT: usize = 44 * 1024;
+
+/// Groups the last row sees, which is the width every score and mask row has: `(pos0 + rows) / ratio`.
+fn expect_cap(op: &'static str, cap: usize, (pos0, rows, ratio): (usize, usize, usize)) -> Result<(), Error> {
+    if ratio == 0 {
+        return Err(Error::Launch { op, what: "ratio 0".into() });
+    }
+    let want = (pos0 + rows) / ratio;
+    if cap != want {
+        return Err(Error::Launch { op, what: format!("cap {cap} is not (pos0 + rows) / ratio = {want}") });
+    }
+    int(op, "pos0 + rows", pos0 + rows).map(|_| ())
+}
+
+/// `attn::index_score` of q bf16 `[rows, heads, hd]`, w `[rows, heads]`, keys `[groups, hd]`: f32 `[rows, cap]`.
+#[allow(clippy::too_many_arguments)]
+pub fn index_scores(
+    gpu: &Gpu,
+    q: &In<'_>,
+    w: &In<'_>,
+    keys: &In<'_>,
+    scores: &mut Out<'_>,
+    (rows, heads, hd, groups, cap): (usize, usize, usize, usize, usize),
+    (pos0, ratio): (usize, usize),
+    c: f32,
+) -> Result<(), Error> {
+    const OP: &str = "index_scores";
+    // `c = hd^-0.5 · heads^-0.5` as the CPU's `select`; a visible group at or past `groups` scores the CPU's zero key.
+    expect_cap(OP, cap, (pos0, rows, ratio))?;
+    need(OP, "q", q.len(), bytes(OP, &[rows, heads, hd, 2])?)?;
+    need(OP, "w", w.len(), bytes(OP, &[rows, heads, 2])?)?;
+    need(OP, "keys", keys.len(), bytes(OP, &[groups, hd, 2])?)?;
+    need(OP, "scores", scores.len(), bytes(OP, &[rows, cap, 4])?)?;
+    if rows == 0 || cap == 0 {
+        return Ok(());
+    }
+    let smem = bytes(OP, &[heads, hd + 1, 4])?;
+    if smem > SMEM_LIMIT {
+        let what = format!("{heads} heads × {hd} need {smem} bytes of shared memory, over {SMEM_LIMIT}");
+        return Err(Error::Launch { op: OP, what });
+    }
+    let f = gpu.function(&INDEX.spec(&[]), OP)?;
+    let (heads_i, hd_i, groups_i, cap_i) =
+        (int(OP, "heads", heads)?, int(OP, "hd", hd)?, int(OP, "groups", groups)?, int(OP, "cap", cap)?);
+    let (pos0_i, ratio_i) = (int(OP, "pos0", pos0)?, int(OP, "ratio", ratio)?);
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(q).arg(w).arg(keys).arg(scores);
+    launch.arg(&heads_i).arg(&hd_i).arg(&groups_i).arg(&cap_i).arg(&pos0_i).arg(&ratio_i).arg(&c);
+    let cfg = grid((rows, cap.div_ceil(SCORE_THREADS as usize)), SCORE_THREADS, smem);
+    // SAFETY: arguments match `index_scores(const u16* ×3, float*, int ×6, float)`; sizes checked above.
+    unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {rows} rows × {cap} groups"))?;
+    Ok(())
+}
+
+/// How a layer's selection relates to the candidate pre-filter (`AttnWeights::is_candidate_source` / `uses_candidates`).
+pub enum Candidates<'a, 'b> {
+    /// Neither: plain top-k.
+    None,
+    /// The candidate source: also writes its mask u8 `[rows, cap]` (1 = candidate) from `blocks` blocks of `block` groups.
+    Make { mask: &'a mut Out<'b>, blocks: usize, block: usize },
+    /// A later layer: groups below the source's visible count whose mask entry is 0 score -inf before the top-k; `mask` is the source's u8 `[rows, (pos0 + rows) / ratio]`, indexed by group number as the CPU's zip does.
+    Use { mask: &'a In<'b>, ratio: usize },
+}
+
+/// Each row's `attn::top_k` of its visible scores into i32 `[rows, topk]`: `key_id(Latent, g)` ascending, then `KEY_NONE`.
+pub fn index_select(
+    gpu: &Gpu,
+    scores: &In<'_>,
+    cands: Candidates<'_, '_>,
+    sel: &mut Out<'_>,
+    (rows, cap, topk): (usize, usize, usize),
+    (pos0, ratio): (usize, usize),
+) -> Result<(), Error> {
+    const OP: &str = "index_select";
+    // Scores past a row's visible count are never read; ties go to the lower group, as the CPU's sort.
+    expect_cap(OP, cap, (pos0, rows, ratio))?;
+    need(OP, "scores", scores.len(), bytes(OP, &[rows, cap, 4])?)?;
+    need(OP, "sel", sel.len(), bytes(OP, &[rows, topk, 4])?)?;
+    let (mut mode, mut blocks, mut block, mut src_ratio, mut src_cap, mut smem) = (0, 0, 1, 1, 0, 0);
+    match &cands {
+        Candidates::None => {}
+        Candidates::Make { mask, blocks: b, block: size } => {
+            if *size == 0 {
+                return Err(Error::Launch { op: OP, what: "candidate blocks of 0 groups".into() });
+            }
+            need(OP, "mask", mask.len(), bytes(OP, &[rows, cap])?)?;
+            (mode, blocks, block, smem) = (1, *b, *size, bytes(OP, &[cap.div_ceil(*size), 5])?);
+            if smem > SMEM_LIMIT {
+                let what = format!("{cap} groups in blocks of {size} need {smem} bytes of shared memory");
+                return Err(Error::Launch { op: OP, what });
+            }
+        }
+        Candidates::Use { mask, ratio: r } => {
+            if *r == 0 {
+                return Err(Error::Launch { op: OP, what: "candidate source ratio 0".into() });
+            }
+            (mode, src_ratio, src_cap) = (2, *r, (pos0 + rows) / r);
+            need(OP, "mask", mask.len(), bytes(OP, &[rows, src_cap])?)?;
+        }
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(&INDEX.spec(&[]), OP)?;
+    let (cap_i, topk_i, pos0_i, ratio_i) =
+        (int(OP, "cap", cap)?, int(OP, "topk", topk)?, int(OP, "pos0", pos0)?, int(OP, "ratio", ratio)?);
+    let (mode_i, blocks_i, block_i) = (int(OP, "mode", mode)?, int(OP, "blocks", blocks)?, int(OP, "block", block)?);
+    let (src_ratio_i, src_cap_i) = (int(OP, "source ratio", src_ratio)?, int(OP, "source cap", src_cap)?);
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(scores);
+    match cands {
+        Candidates::None => launch.arg(scores),
+        Candidates::Make { mask, .. } => launch.arg(mask),
+        Candidates::Use { mask, .. } => launch.arg(mask),
+    };
+    launch.arg(sel).arg(&cap_i).arg(&topk_i).arg(&pos0_i).arg(&ratio_i).arg(&mode_i);
+    launch.arg(&blocks_i).arg(&block_i).arg(&src_ratio_i).arg(&src_cap_i);
+    // SAFETY: arguments match `index_select(const float*, u8*, int*, int ×9)`; sizes checked above. The kernel writes the mask only in mode 1, where it is the caller's mutable view; modes 0 and 2 only read it (mode 0 never).
+    unsafe { launch.launch(grid((rows, 1), SELECT_THREADS, smem)) }
+        .doing(|| format!("launching {OP} on {rows} rows × {cap} groups, top {topk}"))?;
+    Ok(())
+}

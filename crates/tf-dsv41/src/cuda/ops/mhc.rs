@@ -1,0 +1,135 @@
+//! `hc_mixes`, `hc_pre`, `hc_post`: the mHC site (dsv41 §8) as `crate::mhc` computes it.
+
+use super::{In, Out, bytes, grid, int, need};
+use crate::cuda::kernels::MHC;
+use cudarc::driver::PushKernelArg;
+use tf_cuda::error::DriverResultExt;
+use tf_cuda::{Error, Gpu};
+
+/// `MHC_MAX_HC` in `kernels/mhc.cu`: the bound of its per-thread stream arrays.
+const MAX_HC: usize = 8;
+/// Threads per block of the column kernels.
+const THREADS: usize = 256;
+/// `MHC_THREADS` in `kernels/mhc.cu`: `hc_dots` reduces over exactly this many threads.
+const DOT_THREADS: u32 = 256;
+
+/// Fails naming `op` unless `1 ≤ hc ≤ MAX_HC` and `dim ≥ 1`; returns the mix width `(2+hc)·hc`.
+fn shape(op: &'static str, hc: usize, dim: usize) -> Result<usize, Error> {
+    if hc == 0 || hc > MAX_HC || dim == 0 {
+        let what = format!("hc = {hc}, dim = {dim}: needs 1 ≤ hc ≤ {MAX_HC} and dim ≥ 1");
+        return Err(Error::Launch { op, what });
+    }
+    Ok((2 + hc) * hc)
+}
+
+/// Blocks along a row of `dim` columns, within the grid's y limit.
+fn column_blocks(op: &'static str, dim: usize) -> Result<usize, Error> {
+    let blocks = dim.div_ceil(THREADS);
+    if blocks > 65535 {
+        return Err(Error::Launch { op, what: format!("dim = {dim} needs {blocks} column blocks, over 65535") });
+    }
+    Ok(blocks)
+}
+
+/// Per row: raw = x·funcᵀ (x bf16 [rows, hc·dim] as f32, func f32 [mix, hc·dim], mix=(2+hc)·hc), times 1/sqrt(mean(x²)+eps), then split_sinkhorn → mix f32 [rows, mix] laid out [pre hc | post hc | comb hc×hc row-major].
+#[allow(clippy::too_many_arguments)]
+pub fn hc_mixes(
+    gpu: &Gpu,
+    x: &In<'_>,
+    func: &In<'_>,
+    scale: &In<'_>,
+    base: &In<'_>,
+    mix: &mut Out<'_>,
+    (rows, hc, dim): (usize, usize, usize),
+    iters: usize,
+    eps: f32,
+    hc_eps: f32,
+) -> Result<(), Error> {
+    const OP: &str = "hc_mixes";
+    let n = shape(OP, hc, dim)?;
+    let width = bytes(OP, &[hc, dim])?;
+    need(OP, "x", x.len(), bytes(OP, &[rows, width, 2])?)?;
+    need(OP, "func", func.len(), bytes(OP, &[n, width, 4])?)?;
+    need(OP, "scale", scale.len(), 3 * 4)?;
+    need(OP, "base", base.len(), n * 4)?;
+    need(OP, "mix", mix.len(), bytes(OP, &[rows, n, 4])?)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let (rows_i, hc_i, width_i, n_i) =
+        (int(OP, "rows", rows)?, int(OP, "hc", hc)?, int(OP, "hc·dim", width)?, int(OP, "mix", n)?);
+    let iters_i = int(OP, "iters", iters)?;
+    let dots = gpu.function(&MHC.spec(&[]), "hc_dots")?;
+    {
+        let mut launch = gpu.stream().launch_builder(&dots);
+        launch.arg(x).arg(func).arg(&mut *mix).arg(&width_i).arg(&n_i).arg(&eps);
+        // SAFETY: arguments match `hc_dots(const u16*, const f32*, f32*, int, int, float)`; sizes checked above.
+        unsafe { launch.launch(grid((rows, n), DOT_THREADS, 0)) }
+            .doing(|| format!("launching {OP} (dots) on {rows} rows"))?;
+    }
+    let sinkhorn = gpu.function(&MHC.spec(&[]), "hc_sinkhorn")?;
+    let mut launch = gpu.stream().launch_builder(&sinkhorn);
+    launch.arg(mix).arg(scale).arg(base).arg(&rows_i).arg(&hc_i).arg(&iters_i).arg(&hc_eps);
+    // SAFETY: arguments match `hc_sinkhorn(f32*, const f32*, const f32*, int, int, int, float)`; it reads the dots in place.
+    unsafe { launch.launch(grid((rows.div_ceil(64), 1), 64, 0)) }
+        .doing(|| format!("launching {OP} (sinkhorn) on {rows} rows"))?;
+    Ok(())
+}
+
+/// y bf16 [rows, dim] = hc_pre of each row with that row's `pre` (first hc floats of its mix).
+pub fn hc_pre(
+    gpu: &Gpu,
+    x: &In<'_>,
+    mix: &In<'_>,
+    y: &mut Out<'_>,
+    (rows, hc, dim): (usize, usize, usize),
+) -> Result<(), Error> {
+    const OP: &str = "hc_pre";
+    let n = shape(OP, hc, dim)?;
+    need(OP, "x", x.len(), bytes(OP, &[rows, hc, dim, 2])?)?;
+    need(OP, "mix", mix.len(), bytes(OP, &[rows, n, 4])?)?;
+    need(OP, "y", y.len(), bytes(OP, &[rows, dim, 2])?)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let blocks = column_blocks(OP, dim)?;
+    int(OP, "rows", rows)?;
+    let (hc_i, dim_i) = (int(OP, "hc", hc)?, int(OP, "dim", dim)?);
+    let f = gpu.function(&MHC.spec(&[]), OP)?;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(x).arg(mix).arg(y).arg(&hc_i).arg(&dim_i);
+    // SAFETY: arguments match `hc_pre(const u16*, const f32*, u16*, int, int)`; sizes checked above.
+    unsafe { launch.launch(grid((rows, blocks), THREADS as u32, 0)) }
+        .doing(|| format!("launching {OP} on {rows} rows"))?;
+    Ok(())
+}
+
+/// out bf16 [rows, hc·dim] = hc_post(f [rows, dim] bf16, x [rows, hc·dim] bf16, mix).
+pub fn hc_post(
+    gpu: &Gpu,
+    f: &In<'_>,
+    x: &In<'_>,
+    mix: &In<'_>,
+    out: &mut Out<'_>,
+    (rows, hc, dim): (usize, usize, usize),
+) -> Result<(), Error> {
+    const OP: &str = "hc_post";
+    let n = shape(OP, hc, dim)?;
+    need(OP, "f", f.len(), bytes(OP, &[rows, dim, 2])?)?;
+    need(OP, "x", x.len(), bytes(OP, &[rows, hc, dim, 2])?)?;
+    need(OP, "mix", mix.len(), bytes(OP, &[rows, n, 4])?)?;
+    need(OP, "out", out.len(), bytes(OP, &[rows, hc, dim, 2])?)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let blocks = column_blocks(OP, dim)?;
+    int(OP, "rows", rows)?;
+    let (hc_i, dim_i) = (int(OP, "hc", hc)?, int(OP, "dim", dim)?);
+    let func = gpu.function(&MHC.spec(&[]), OP)?;
+    let mut launch = gpu.stream().launch_builder(&func);
+    launch.arg(f).arg(x).arg(mix).arg(out).arg(&hc_i).arg(&dim_i);
+    // SAFETY: arguments match `hc_post(const u16*, const u16*, const f32*, u16*, int, int)`; sizes checked above.
+    unsafe { launch.launch(grid((rows, blocks), THREADS as u32, 0)) }
+        .doing(|| format!("launching {OP} on {rows} rows"))?;
+    Ok(())
+}
