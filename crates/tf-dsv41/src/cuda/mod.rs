@@ -1,4 +1,16 @@
 //! The dsv41 forward on one NVIDIA GPU: our kernels (`kernels/*.cu`), their launchers, and the model built on them.
 
+mod attn;
+mod forward;
 pub mod kernels;
+pub mod lane;
+pub mod layer;
+pub mod model;
+mod moe;
 pub mod ops;
+mod probe;
+pub mod weights;
+
+pub use lane::GpuLane;
+pub use model::{GpuModel, open_gpu};
+pub use probe::ProbeRow;

@@ -29,7 +29,7 @@ impl Model {
     }
 
     /// Engram ids of `tokens`, per engram layer and row, advancing the sequence's n-gram history.
-    fn engram_ids(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<Vec<Vec<u64>>>> {
+    pub(crate) fn engram_ids(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<Vec<Vec<u64>>>> {
         let (Some(h), Some(hist)) = (&self.hasher, st.engram.as_mut()) else { return Ok(Vec::new()) };
         let ids = h.hash_tokens(hist, tokens, None).map_err(|e| Error::Invalid(format!("engram: {e}")))?;
         let n = h.layout().n_layers();

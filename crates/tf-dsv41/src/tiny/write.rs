@@ -29,7 +29,9 @@ pub struct Written {
 
 /// The repository's DeepSeek-V4 tokenizer assets.
 pub fn deepseek_v4_assets() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/deepseek-v4")
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/deepseek-v4");
+    // A binary carried to another machine runs from a checkout's root, where the build path does not exist.
+    if built.is_dir() { built } else { PathBuf::from("assets/deepseek-v4") }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TinyError + '_ {

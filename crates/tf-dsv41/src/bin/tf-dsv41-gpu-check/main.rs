@@ -1,5 +1,12 @@
 //! dsv41 GPU self-check: each dsv41 kernel against its CPU twin on fresh random inputs, then the model end to end.
 
+mod attn;
+mod e2e;
+mod index;
+mod lengths;
+mod lin;
+mod mix;
+mod probe;
 mod rows;
 mod util;
 
@@ -7,6 +14,7 @@ use std::process::ExitCode;
 use tf_core::rng::SplitMix64;
 use tf_cuda::Gpu;
 use tf_cuda::report::{Report, finish, section, seed};
+use tf_dsv41::tiny::TinyKind;
 
 fn main() -> ExitCode {
     let mut report = Report::default();
@@ -16,12 +24,32 @@ fn main() -> ExitCode {
     let ordinal = std::env::var("TF_GPU").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
     match Gpu::open(ordinal) {
         Err(e) => report.row("open", format!("GPU {ordinal}"), e.to_string(), false),
-        Ok(gpu) => run(&gpu, &mut SplitMix64::new(seed), &mut report),
+        Ok(gpu) => run(Box::leak(Box::new(gpu)), &mut SplitMix64::new(seed), &mut report),
     }
     finish(&report, "dsv41-gpu-check.json")
 }
 
 /// Each section runs even when an earlier one failed; a section's error or panic becomes a failed row naming it.
-fn run(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) {
-    section(report, "rows", |r| rows::check(gpu, rng, r));
+fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
+    // TF_SECTIONS=a,b runs only the sections whose names start with one of them (to split a run across device calls).
+    let only: Vec<String> =
+        std::env::var("TF_SECTIONS").map(|s| s.split(',').map(str::to_string).collect()).unwrap_or_default();
+    let mut run_one = |name: &str, f: &mut dyn FnMut(&mut Report) -> Result<(), tf_cuda::Error>| {
+        if only.is_empty() || only.iter().any(|o| name.starts_with(o.as_str())) {
+            section(report, name, |r| f(r));
+        }
+    };
+    run_one("rows", &mut |r| rows::check(gpu, rng, r));
+    run_one("linear, rope, quant", &mut |r| lin::check(gpu, rng, r));
+    run_one("mhc, moe, engram", &mut |r| mix::check(gpu, rng, r));
+    run_one("compress_pool", &mut |r| attn::check_pool(gpu, rng, r));
+    run_one("sparse_attn", &mut |r| attn::check_sparse(gpu, rng, r));
+    run_one("index_scores", &mut |r| index::check_scores(gpu, rng, r));
+    run_one("index_select", &mut |r| index::check_select(gpu, rng, r));
+    // End to end last: the op sections above say which kernel to blame when it fails.
+    for kind in [TinyKind::Tiny, TinyKind::Small] {
+        run_one(&format!("e2e {}", kind.name()), &mut |r| e2e::check(gpu, rng, r, kind));
+    }
+    run_one("probe", &mut |r| probe::check(gpu, rng, r));
+    run_one("prompt lengths", &mut |r| lengths::check(gpu, rng, r));
 }

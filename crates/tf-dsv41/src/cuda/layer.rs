@@ -1,0 +1,151 @@
+//! One block's weights on the GPU, uploaded from the CPU block with the same roles and shapes.
+
+use super::weights::{Buf, Experts4, Lin8, Mat, upload_bf16, upload_f32};
+use crate::attn::AttnWeights;
+use crate::config::LayerRole;
+use crate::mhc::HcSite;
+use crate::model::Block;
+use crate::moe::Moe;
+use tf_cuda::{Error, Gpu};
+
+/// An mHC site: `fn` in f32 (it multiplies the stream state in f32), `scale` [3], `base` [mix].
+pub struct GHc {
+    pub func: Buf,
+    pub scale: Buf,
+    pub base: Buf,
+}
+
+impl GHc {
+    fn upload(gpu: &'static Gpu, s: &HcSite) -> Result<GHc, Error> {
+        Ok(GHc {
+            func: upload_f32(gpu, &s.func.w)?,
+            scale: upload_f32(gpu, &s.scale)?,
+            base: upload_f32(gpu, &s.base)?,
+        })
+    }
+}
+
+/// The compressor of a KV source and, for index-key owners, its key projection.
+pub struct GCompressor {
+    pub wkv: Mat,
+    pub wgate: Option<Mat>,
+    pub norm: Buf,
+    pub index_wk: Option<(Mat, Buf)>,
+}
+
+/// The indexer's query side.
+pub struct GIndexer {
+    pub wq_b: Lin8,
+    pub weights_proj: Mat,
+}
+
+pub struct GAttn {
+    pub wq_a: Lin8,
+    pub q_norm: Buf,
+    pub wq_b: Lin8,
+    pub wkv: Lin8,
+    pub kv_norm: Buf,
+    pub wo_a: Mat,
+    pub wo_b: Lin8,
+    pub sink: Buf,
+    pub compressor: Option<GCompressor>,
+    pub indexer: Option<GIndexer>,
+}
+
+impl GAttn {
+    fn upload(gpu: &'static Gpu, a: &AttnWeights) -> Result<GAttn, Error> {
+        let compressor = match &a.compressor {
+            Some(c) => Some(GCompressor {
+                wkv: Mat::upload(gpu, &c.wkv)?,
+                wgate: c.wgate.as_ref().map(|g| Mat::upload(gpu, g)).transpose()?,
+                norm: upload_bf16(gpu, &c.norm)?,
+                index_wk: match &a.index_keys {
+                    Some(k) => Some((Mat::upload(gpu, &k.wk)?, upload_bf16(gpu, &k.norm)?)),
+                    None => None,
+                },
+            }),
+            None => None,
+        };
+        let indexer = match &a.indexer {
+            Some(ix) => {
+                Some(GIndexer { wq_b: Lin8::upload(gpu, &ix.wq_b)?, weights_proj: Mat::upload(gpu, &ix.weights_proj)? })
+            }
+            None => None,
+        };
+        let gin = a.n_heads * a.head_dim / a.o_groups;
+        Ok(GAttn {
+            wq_a: Lin8::upload(gpu, &a.wq_a)?,
+            q_norm: upload_bf16(gpu, &a.q_norm)?,
+            wq_b: Lin8::upload(gpu, &a.wq_b)?,
+            wkv: Lin8::upload(gpu, &a.wkv)?,
+            kv_norm: upload_bf16(gpu, &a.kv_norm)?,
+            wo_a: Mat::from_f32(gpu, &a.wo_a, a.o_groups * a.o_lora_rank, gin)?,
+            wo_b: Lin8::upload(gpu, &a.wo_b)?,
+            sink: upload_f32(gpu, &a.sink)?,
+            compressor,
+            indexer,
+        })
+    }
+}
+
+pub struct GMoe {
+    pub gate: Mat,
+    pub bias: Buf,
+    pub w1: Experts4,
+    pub w2: Experts4,
+    pub w3: Experts4,
+    pub shared: [Lin8; 3],
+}
+
+impl GMoe {
+    fn upload(gpu: &'static Gpu, m: &Moe) -> Result<GMoe, Error> {
+        Ok(GMoe {
+            gate: Mat::upload(gpu, &m.gate)?,
+            bias: upload_f32(gpu, &m.bias)?,
+            w1: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w1))?,
+            w2: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w2))?,
+            w3: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w3))?,
+            shared: [
+                Lin8::upload(gpu, &m.shared.w1)?,
+                Lin8::upload(gpu, &m.shared.w2)?,
+                Lin8::upload(gpu, &m.shared.w3)?,
+            ],
+        })
+    }
+}
+
+/// Engram's projection and folded gate weight; the table stays on the host (rows are gathered there).
+pub struct GEngram {
+    pub wkv: Lin8,
+    pub weight: Buf,
+}
+
+pub struct GBlock {
+    pub role: LayerRole,
+    pub attn: GAttn,
+    pub ffn: GMoe,
+    pub attn_norm: Buf,
+    pub ffn_norm: Buf,
+    pub hc_attn: GHc,
+    pub hc_ffn: GHc,
+    pub engram: Option<GEngram>,
+}
+
+impl GBlock {
+    pub fn upload(gpu: &'static Gpu, b: &Block) -> Result<GBlock, Error> {
+        let engram = match &b.engram {
+            Some(g) => Some(GEngram { wkv: Lin8::upload(gpu, &g.wkv)?, weight: upload_f32(gpu, &g.weight)? }),
+            None => None,
+        };
+        Ok(GBlock {
+            role: b.role.clone(),
+            attn: GAttn::upload(gpu, &b.attn)?,
+            ffn: GMoe::upload(gpu, &b.ffn)?,
+            attn_norm: upload_bf16(gpu, &b.attn_norm)?,
+            ffn_norm: upload_bf16(gpu, &b.ffn_norm)?,
+            hc_attn: GHc::upload(gpu, &b.hc_attn)?,
+            hc_ffn: GHc::upload(gpu, &b.hc_ffn)?,
+            engram,
+        })
+    }
+}

@@ -1,0 +1,243 @@
+//! The dsv41 model on one GPU: the CPU model's weights uploaded once, lanes on the device, blocks run op by op.
+
+use super::lane::{GCache, GpuLane};
+use super::layer::GBlock;
+use super::ops::{self, Io};
+use super::weights::{Acts, Buf, Mat, upload_bf16};
+use crate::config::{Config, RopeKind};
+use crate::model::{Model, Options};
+use std::collections::HashMap;
+use std::path::Path;
+use tf_cuda::{Error, Gpu};
+
+/// A loaded model on a GPU; the CPU model stays for config, tokenizer-side tables and the Engram tables.
+pub struct GpuModel {
+    pub gpu: &'static Gpu,
+    pub cpu: Model,
+    pub blocks: Vec<GBlock>,
+    pub embed: Buf,
+    pub norm: Buf,
+    pub head: Mat,
+    pub opts: Options,
+}
+
+/// What one forward call shares across its blocks.
+pub struct Call {
+    pub pos0: usize,
+    pub rows: usize,
+    /// RoPE (cos, sin) of each row's position, per table kind (plain, YaRN).
+    pub tables: [Buf; 2],
+    pub run_compressor: bool,
+}
+
+impl Call {
+    pub fn cs(&self, kind: RopeKind) -> &Buf {
+        match kind {
+            RopeKind::Plain => &self.tables[0],
+            RopeKind::Yarn => &self.tables[1],
+        }
+    }
+}
+
+/// Selections and the candidate mask that index sources hand to later layers in the same forward.
+#[derive(Default)]
+pub struct Shared {
+    pub sel: HashMap<usize, Buf>,
+    pub candidates: Option<(Buf, usize)>,
+}
+
+/// Rows moving through the stack on the GPU: bf16 `[rows, hc·dim]` and each row's last mix (its `pre` comes first).
+pub struct GStreams {
+    pub x: Buf,
+    pub mix: Buf,
+    pub rows: usize,
+}
+
+/// Opens GPU `ordinal` once for the life of the process (models and lanes borrow it for as long).
+pub fn open_gpu(ordinal: usize) -> Result<&'static Gpu, Error> {
+    Ok(Box::leak(Box::new(Gpu::open(ordinal)?)))
+}
+
+fn cuda_err(e: Error) -> tf_core::Error {
+    tf_core::Error::Invalid(format!("cuda: {e}"))
+}
+
+impl GpuModel {
+    /// Loads a checkpoint on the CPU, then uploads every backbone weight to `gpu`.
+    pub fn load(dir: &Path, opts: Options, gpu: &'static Gpu) -> tf_core::Result<GpuModel> {
+        let cpu = Model::load(dir, opts)?;
+        GpuModel::from_cpu(cpu, gpu).map_err(cuda_err)
+    }
+
+    pub fn from_cpu(cpu: Model, gpu: &'static Gpu) -> Result<GpuModel, Error> {
+        let blocks = cpu.blocks.iter().map(|b| GBlock::upload(gpu, b)).collect::<Result<Vec<_>, _>>()?;
+        let embed = gpu.upload_exact(cpu.embed.bytes())?;
+        let norm = upload_bf16(gpu, &cpu.norm)?;
+        let head = Mat::upload(gpu, &cpu.head)?;
+        gpu.sync("uploading the model")?;
+        Ok(GpuModel { gpu, opts: cpu.opts, blocks, embed, norm, head, cpu })
+    }
+
+    pub fn cfg(&self) -> &Config {
+        &self.cpu.cfg
+    }
+
+    /// A fresh sequence with its rings and caches on the GPU.
+    pub fn new_lane(&self) -> Result<GpuLane, Error> {
+        let cfg = self.cfg();
+        let layers = cfg.n_layers;
+        let mut compressed = Vec::with_capacity(layers);
+        for b in &self.cpu.blocks {
+            compressed.push(if b.role.is_kv_source {
+                let index_dim = b.attn.index_keys.as_ref().map(|_| cfg.index_head_dim);
+                Some(GCache::new(self.gpu, b.role.ratio, cfg.head_dim, index_dim)?)
+            } else {
+                None
+            });
+        }
+        let ring = cfg.window_size * cfg.head_dim * 2;
+        Ok(GpuLane {
+            pos: 0,
+            windows: (0..layers).map(|_| self.gpu.pool().take(ring)).collect::<Result<_, _>>()?,
+            window_floor: vec![0; layers],
+            compressed,
+            last_key_publisher: None,
+            engram: self.cpu.hasher.as_ref().map(tf_engram::NgramHasher::history),
+            replay: None,
+        })
+    }
+
+    /// The call context of `rows` rows from `pos0`: RoPE tables of their positions.
+    pub(crate) fn call(&self, pos0: usize, rows: usize, run_compressor: bool) -> Result<Call, Error> {
+        let positions: Vec<usize> = (pos0..pos0 + rows).collect();
+        let table = |k| self.gpu.upload(&ops::rope_table(self.cpu.rope(k), &positions));
+        Ok(Call { pos0, rows, tables: [table(RopeKind::Plain)?, table(RopeKind::Yarn)?], run_compressor })
+    }
+
+    /// Embeds token ids into `hc` equal streams with the one-hot pre-mix; ids are checked against the vocab first.
+    pub(crate) fn embed_rows(&self, tokens: &[u32]) -> tf_core::Result<GStreams> {
+        let cfg = self.cfg();
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            return Err(tf_core::Error::Invalid(format!(
+                "token id {t} is outside the vocabulary of {}",
+                cfg.vocab_size
+            )));
+        }
+        let (hc, dim, rows) = (cfg.hc_mult, cfg.dim, tokens.len());
+        let run = || -> Result<GStreams, Error> {
+            let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+            let ids = self.gpu.upload(&ids)?;
+            let mut x = self.gpu.pool().take(rows * hc * dim * 2)?;
+            ops::embed_rows(self.gpu, &ids.view(), &self.embed.view(), &mut x.view_mut(), rows, dim, hc)?;
+            let width = (2 + hc) * hc;
+            let mut mix = vec![0.0f32; rows * width];
+            mix.chunks_exact_mut(width).for_each(|m| m[0] = 1.0);
+            Ok(GStreams { x, mix: self.gpu.upload(&mix)?, rows })
+        };
+        run().map_err(cuda_err)
+    }
+
+    /// f32 logits of every row of the streams (`head(norm(hc_pre(X, pre)))`), downloaded.
+    pub(crate) fn logits(&self, s: &GStreams) -> Result<Vec<Vec<f32>>, Error> {
+        let cfg = self.cfg();
+        let (hc, dim) = (cfg.hc_mult, cfg.dim);
+        let mut c = self.gpu.pool().take(s.rows * dim * 2)?;
+        ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut c.view_mut(), (s.rows, hc, dim))?;
+        let normed = self.norm(&c, &self.norm, s.rows, dim)?;
+        let logits = self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1)?;
+        let all: Vec<f32> = self.gpu.download(&logits)?;
+        Ok(all.chunks_exact(cfg.vocab_size).map(<[f32]>::to_vec).collect())
+    }
+
+    /// The logits of the last row only (a prompt's next-token distribution).
+    pub(crate) fn last_logits(&self, s: &GStreams) -> Result<Vec<f32>, Error> {
+        let cfg = self.cfg();
+        let (xw, mw) = (cfg.hc_mult * cfg.dim * 2, (2 + cfg.hc_mult) * cfg.hc_mult * 4);
+        let (mut x, mut mix) = (self.gpu.pool().take(xw)?, self.gpu.pool().take(mw)?);
+        super::lane::copy(self.gpu, &s.x, (s.rows - 1) * xw, &mut x, 0, xw)?;
+        super::lane::copy(self.gpu, &s.mix, (s.rows - 1) * mw, &mut mix, 0, mw)?;
+        Ok(self.logits(&GStreams { x, mix, rows: 1 })?.remove(0))
+    }
+
+    /// Adds this layer's Engram to the streams: rows gathered on the host, projected and gated on the GPU.
+    pub(crate) fn apply_engram(&self, b: &GBlock, s: &mut GStreams, ids: Option<&[Vec<u64>]>) -> tf_core::Result<()> {
+        let (Some(g), Some(ids), Some(cpu)) = (&b.engram, ids, &self.cpu.blocks[b.role.layer].engram) else {
+            return Ok(());
+        };
+        let cfg = self.cfg();
+        let width = ids[0].len() * cpu.table.dim();
+        let mut e = vec![tf_core::bf16::ZERO; s.rows * width];
+        for (r, row_ids) in ids.iter().enumerate() {
+            cpu.table
+                .gather(row_ids, &mut e[r * width..(r + 1) * width])
+                .map_err(|err| tf_core::Error::Invalid(err.to_string()))?;
+        }
+        let mut run = || -> Result<(), Error> {
+            let e: Vec<u16> = e.iter().map(|v| v.to_bits()).collect();
+            let ed = self.gpu.upload(&e)?;
+            let kv = g.wkv.forward_f32(self.gpu, &Acts::quantize(self.gpu, &ed, s.rows, width)?)?;
+            ops::engram_gate(
+                self.gpu,
+                &mut s.x.view_mut(),
+                &kv.view(),
+                &g.weight.view(),
+                (s.rows, cfg.hc_mult, cfg.dim),
+                cfg.norm_eps,
+            )
+        };
+        run().map_err(cuda_err)
+    }
+
+    /// Attention then MoE between hc collapse and expand, on `s` in place (the CPU's `Block::forward`).
+    pub(crate) fn block(
+        &self,
+        b: &GBlock,
+        s: &mut GStreams,
+        call: &Call,
+        lane: &mut GpuLane,
+        shared: &mut Shared,
+    ) -> Result<(), Error> {
+        let (gpu, cfg) = (self.gpu, self.cfg());
+        let (hc, dim, rows) = (cfg.hc_mult, cfg.dim, s.rows);
+        let mix_a = self.mixes(&b.hc_attn, &s.x, rows)?;
+        let a_in = self.attn_input(b, s)?;
+        let a = self.attention(&b.attn, &b.role, &a_in, call, lane, shared)?;
+        let mut x = gpu.pool().take(rows * hc * dim * 2)?;
+        ops::hc_post(gpu, &a.view(), &s.x.view(), &mix_a.view(), &mut x.view_mut(), (rows, hc, dim))?;
+        let mix_f = self.mixes(&b.hc_ffn, &x, rows)?;
+        let mut f_pre = gpu.pool().take(rows * dim * 2)?;
+        ops::hc_pre(gpu, &x.view(), &mix_a.view(), &mut f_pre.view_mut(), (rows, hc, dim))?;
+        let f = self.moe(&b.ffn, b.role.layer, &self.norm(&f_pre, &b.ffn_norm, rows, dim)?, rows)?;
+        ops::hc_post(gpu, &f.view(), &x.view(), &mix_f.view(), &mut s.x.view_mut(), (rows, hc, dim))?;
+        s.mix = mix_f;
+        Ok(())
+    }
+
+    /// The normed attention input of every row: `attn_norm(hc_pre(X, pre))`.
+    pub(crate) fn attn_input(&self, b: &GBlock, s: &GStreams) -> Result<Buf, Error> {
+        let cfg = self.cfg();
+        let mut c = self.gpu.pool().take(s.rows * cfg.dim * 2)?;
+        ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut c.view_mut(), (s.rows, cfg.hc_mult, cfg.dim))?;
+        self.norm(&c, &b.attn_norm, s.rows, cfg.dim)
+    }
+
+    pub(crate) fn mixes(&self, site: &super::layer::GHc, x: &Buf, rows: usize) -> Result<Buf, Error> {
+        let cfg = self.cfg();
+        let hc = cfg.hc_mult;
+        let mut mix = self.gpu.pool().take(rows * (2 + hc) * hc * 4)?;
+        let (iters, eps, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.norm_eps, cfg.hc_eps);
+        ops::hc_mixes(
+            self.gpu,
+            &x.view(),
+            &site.func.view(),
+            &site.scale.view(),
+            &site.base.view(),
+            &mut mix.view_mut(),
+            (rows, hc, cfg.dim),
+            iters,
+            eps,
+            hc_eps,
+        )?;
+        Ok(mix)
+    }
+}
