@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_server::generate;
 
-const USAGE: &str = "usage: tf serve [--model DIR] [--host H] [--port P] [--api-key K] [--no-replay] [--max-lanes N]
+const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--host H] [--port P] [--api-key K] [--no-replay] [--max-lanes N]
          [--max-queue N] [--max-queued-tokens N] [--max-active-tokens N] [--prefill-chunk N]
          [--admission fifo|short-first] [--prefix-block N] [--prefix-cache-tokens N (0: off)]
        tf inspect PATH [--filter TEXT]
@@ -98,6 +98,7 @@ fn serve(args: &[String]) -> ExitCode {
         let mut value = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
         let r: Result<(), String> = match a.as_str() {
             "--model" => value().map(|v| cfg.model_dir = Some(PathBuf::from(v))),
+            "--device" => value().and_then(|v| v.parse()).map(|d| cfg.device = d),
             "--host" => value().map(|v| cfg.host = v),
             "--port" => value().and_then(|v| v.parse().map_err(|_| format!("bad port `{v}`"))).map(|p| cfg.port = p),
             "--api-key" => value().map(|v| cfg.api_key = Some(v)),

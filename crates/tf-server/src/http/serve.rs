@@ -15,6 +15,30 @@ pub struct ServeConfig {
     pub api_key: Option<String>,
     pub limits: Limits,
     pub replay: bool,
+    pub device: Device,
+}
+
+/// Where the model runs: the CPU reference, or one NVIDIA GPU by ordinal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    #[default]
+    Cpu,
+    Cuda(usize),
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Device, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| format!("unknown device `{s}` (expected cpu, cuda or cuda:N)")),
+        }
+    }
 }
 
 impl Default for ServeConfig {
@@ -26,6 +50,7 @@ impl Default for ServeConfig {
             api_key: None,
             limits: Limits::default(),
             replay: true,
+            device: Device::Cpu,
         }
     }
 }
@@ -51,11 +76,24 @@ pub fn ensure_default_model(dir: &Path) -> Result<(), String> {
 }
 
 /// Loads tokenizer and model from a checkpoint directory and starts its lane host.
-pub fn load_engine(dir: &Path, limits: Limits, replay: bool) -> Result<Engine, String> {
+pub fn load_engine(dir: &Path, limits: Limits, replay: bool, device: Device) -> Result<Engine, String> {
     let tok = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| e.to_string())?;
-    let model = load_dsv41(dir, tf_dsv41::Options { replay, ..tf_dsv41::Options::default() })?;
-    let bos = model.cfg.bos_token_id;
-    Ok(Engine { host: LaneHost::spawn(model, limits), tok: Arc::new(tok), bos })
+    let opts = tf_dsv41::Options { replay, ..tf_dsv41::Options::default() };
+    let (host, bos) = match device {
+        Device::Cpu => {
+            let model = load_dsv41(dir, opts)?;
+            let bos = model.cfg.bos_token_id;
+            (LaneHost::spawn(model, limits), bos)
+        }
+        Device::Cuda(n) => {
+            let gpu = tf_dsv41::cuda::open_gpu(n).map_err(|e| format!("GPU {n}: {e}"))?;
+            let model =
+                tf_dsv41::cuda::GpuModel::load(dir, opts, gpu).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let bos = model.cfg().bos_token_id;
+            (LaneHost::spawn(model, limits), bos)
+        }
+    };
+    Ok(Engine { host, tok: Arc::new(tok), bos })
 }
 
 /// Serves on an already bound listener; the engine loads in the background.
@@ -67,7 +105,7 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
     let default = cfg.model_dir.is_none();
     tokio::task::spawn_blocking(move || {
         let loaded = (if default { ensure_default_model(&dir) } else { Ok(()) })
-            .and_then(|()| load_engine(&dir, cfg.limits, cfg.replay));
+            .and_then(|()| load_engine(&dir, cfg.limits, cfg.replay, cfg.device));
         match loaded {
             Ok(e) => {
                 let _ = loader.engine.set(e);

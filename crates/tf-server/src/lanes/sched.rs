@@ -107,9 +107,17 @@ impl<F: Family> Scheduler<F> {
                 continue;
             }
             let prompt = &job.req.prompt;
-            let (cached, lane) = match self.cache.lookup(prompt) {
-                Some((n, lane)) => (n, self.family.fork(lane)),
-                None => (0, self.family.new_lane()),
+            let made = match self.cache.lookup(prompt) {
+                Some((n, lane)) => self.family.fork(lane).map(|l| (n, l)),
+                None => self.family.new_lane().map(|l| (0, l)),
+            };
+            let (cached, lane) = match made {
+                Ok(made) => made,
+                Err(e) => {
+                    let _ = job.events.send(Event::Error(format!("cannot start a lane: {e}")));
+                    self.metrics.finished(Outcome::Error, job.submitted.elapsed().as_secs_f64());
+                    continue;
+                }
             };
             self.metrics.prompt_admitted(prompt.len(), cached);
             job.cached.store(cached, Ordering::Relaxed);
@@ -163,7 +171,10 @@ impl<F: Family> Scheduler<F> {
             let r = family.prefill(&mut a.lane, &prompt[a.fed..end], end == prompt.len());
             a.fed = end;
             if r.is_ok() && a.snapshot_at == Some(end) {
-                self.cache.insert(prompt[..end].to_vec(), family.fork(&a.lane));
+                // A snapshot that cannot be made (device memory) only costs a later cache hit.
+                if let Ok(snap) = family.fork(&a.lane) {
+                    self.cache.insert(prompt[..end].to_vec(), snap);
+                }
             }
             match r {
                 Ok(Some(l)) => l,

@@ -15,11 +15,11 @@ pub struct Scripted {
 
 impl Family for Scripted {
     type Lane = Vec<u32>;
-    fn new_lane(&self) -> Vec<u32> {
-        Vec::new()
+    fn new_lane(&self) -> Result<Vec<u32>, String> {
+        Ok(Vec::new())
     }
-    fn fork(&self, lane: &Vec<u32>) -> Vec<u32> {
-        lane.clone()
+    fn fork(&self, lane: &Vec<u32>) -> Result<Vec<u32>, String> {
+        Ok(lane.clone())
     }
     fn vocab_size(&self) -> usize {
         16

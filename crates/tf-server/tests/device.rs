@@ -1,0 +1,24 @@
+//! `--device`: parsing, and a CUDA device that cannot be opened fails the load with a message naming it.
+
+use tf_server::http::serve::{Device, load_engine};
+use tf_server::lanes::Limits;
+
+#[test]
+fn devices_parse_and_bad_ones_are_named() {
+    assert_eq!("cpu".parse::<Device>(), Ok(Device::Cpu));
+    assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
+    assert_eq!("cuda:3".parse::<Device>(), Ok(Device::Cuda(3)));
+    for bad in ["gpu", "cuda:", "cuda:x", "CUDA"] {
+        let e = bad.parse::<Device>().unwrap_err();
+        assert!(e.contains(bad) && e.contains("cuda:N"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn a_gpu_that_cannot_be_opened_fails_the_load_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, dir.path()).unwrap();
+    // Ordinal 99 exists on no machine, so this fails with or without a driver.
+    let err = load_engine(dir.path(), Limits::default(), true, Device::Cuda(99)).err().expect("GPU 99 cannot load");
+    assert!(err.contains("GPU 99"), "{err}");
+}
