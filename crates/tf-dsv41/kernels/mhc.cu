@@ -1,51 +1,17 @@
 // Manifold-constrained hyper-connections (dsv41 §8) as crates/tf-dsv41/src/mhc.rs computes them: mixes, collapse, expand.
 #include <cuda_bf16.h>
 
-// Fixed so a row's reduction tree, hence its bits, never depends on the launch.
-#define MHC_THREADS 256
 // hc is 4 in every dsv41 model; local arrays need a bound, the launcher checks it.
 #define MHC_MAX_HC 8
 
 __device__ __forceinline__ float bf16_in(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
 __device__ __forceinline__ unsigned short bf16_out(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
-
-// Every thread gets the block's total: strided sequential sums, an xor tree per warp, then the same over the warps.
-__device__ float block_sum(float v, float* scratch) {
-    v = warp_sum(v);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-    __syncthreads();
-    return warp_sum((threadIdx.x & 31) < MHC_THREADS / 32 ? scratch[threadIdx.x & 31] : 0.0f);
-}
+// exp rounded once from double: the host's correctly rounded expf in all but astronomically rare cases.
+__device__ __forceinline__ float exp_rn(float x) { return (float)exp((double)x); }
 
 // The CPU's sigmoid: 1 / (1 + exp(-x)).
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// Grid (rows, mix): block (r, o) writes m[r, o] = (x_r · func_o) / sqrt(mean(x_r²) + eps); each block redoes the row's sum of squares (the same tree, so the same bits) to need no scratch buffer and no second pass.
-extern "C" __global__ void __launch_bounds__(MHC_THREADS)
-hc_dots(const unsigned short* __restrict__ x, const float* __restrict__ func, float* __restrict__ m, int width, int mix,
-        float eps) {
-    __shared__ float scratch[MHC_THREADS / 32];
-    const unsigned short* xr = x + (size_t)blockIdx.x * width;
-    const float* wr = func + (size_t)blockIdx.y * width;
-    float dot = 0.0f, sq = 0.0f;
-    for (int i = threadIdx.x; i < width; i += MHC_THREADS) {
-        const float v = bf16_in(xr[i]);
-        dot += v * wr[i];
-        sq += v * v;
-    }
-    dot = block_sum(dot, scratch);
-    sq = block_sum(sq, scratch);
-    if (threadIdx.x == 0) {
-        const float rsqrt = 1.0f / sqrtf(sq / (float)width + eps);
-        m[(size_t)blockIdx.x * mix + blockIdx.y] = dot * rsqrt;
-    }
-}
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + exp_rn(-x)); }
 
 // The CPU's column normalization: each column over its sum (in row order) plus eps.
 __device__ void normalize_cols(float* c, int hc, float eps) {
@@ -57,12 +23,18 @@ __device__ void normalize_cols(float* c, int hc, float eps) {
     }
 }
 
-// One thread per row, in place over that row's m: split_sinkhorn's f32 operations in its order (f32 sums start at -0.0 like Rust's Sum, which equals starting from the first term).
-extern "C" __global__ void hc_sinkhorn(float* __restrict__ mix, const float* __restrict__ scale,
-                                       const float* __restrict__ base, int rows, int hc, int iters, float eps) {
+// One thread per row, in place over that row's raw dots: HcSite::mixes' scaling by 1/sqrt(mean(x²)+norm_eps) (a sequential sum, as the CPU's), then split_sinkhorn's f32 operations in its order (f32 sums start at -0.0 like Rust's Sum).
+extern "C" __global__ void hc_sinkhorn(float* __restrict__ mix, const unsigned short* __restrict__ x,
+                                       const float* __restrict__ scale, const float* __restrict__ base, int rows, int hc,
+                                       int width, int iters, float norm_eps, float eps) {
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     float* m = mix + (size_t)r * (2 + hc) * hc;
+    const unsigned short* xr = x + (size_t)r * width;
+    float ss = -0.0f;
+    for (int i = 0; i < width; ++i) ss += bf16_in(xr[i]) * bf16_in(xr[i]);
+    const float rsqrt = 1.0f / sqrtf(ss / (float)width + norm_eps);
+    for (int k = 0; k < (2 + hc) * hc; ++k) m[k] = m[k] * rsqrt;
     float pre[MHC_MAX_HC], post[MHC_MAX_HC], c[MHC_MAX_HC * MHC_MAX_HC];
     for (int i = 0; i < hc; ++i) pre[i] = sigmoid(m[i] * scale[0] + base[i]) + eps;
     for (int i = 0; i < hc; ++i) post[i] = 2.0f * sigmoid(m[hc + i] * scale[1] + base[hc + i]);
@@ -71,7 +43,7 @@ extern "C" __global__ void hc_sinkhorn(float* __restrict__ mix, const float* __r
         float* row = c + i * hc;
         float mx = __uint_as_float(0xff800000u);
         for (int j = 0; j < hc; ++j) mx = fmaxf(mx, row[j]);
-        for (int j = 0; j < hc; ++j) row[j] = expf(row[j] - mx);
+        for (int j = 0; j < hc; ++j) row[j] = exp_rn(row[j] - mx);
         float s = -0.0f;
         for (int j = 0; j < hc; ++j) s += row[j];
         for (int j = 0; j < hc; ++j) row[j] = row[j] / s + eps;

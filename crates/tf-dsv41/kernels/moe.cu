@@ -3,6 +3,10 @@
 
 #define ROUTE_THREADS 256
 
+// exp and log1p rounded once from double: the host's correctly rounded expf/log1pf in all but vanishingly rare cases.
+__device__ __forceinline__ float exp_rn(float x) { return (float)exp((double)x); }
+__device__ __forceinline__ float log1p_rn(float x) { return (float)log1p((double)x); }
+
 __device__ __forceinline__ unsigned short bf16_out(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 // An f32 GEMV output as the CPU's linears return it: rounded to bf16, then widened back.
 __device__ __forceinline__ float via_bf16(float v) { return __uint_as_float((unsigned)bf16_out(v) << 16); }
@@ -24,7 +28,7 @@ moe_route(const float* __restrict__ logits, const float* __restrict__ bias, int*
     const float* lr = logits + (size_t)blockIdx.x * experts;
     for (int e = threadIdx.x; e < experts; e += ROUTE_THREADS) {
         const float l = lr[e];
-        const float s = sqrtf(l > 20.0f ? l : log1pf(expf(l)));
+        const float s = sqrtf(l > 20.0f ? l : log1p_rn(exp_rn(l)));
         score[e] = s;
         key[e] = total_key(s + bias[e]);
     }
@@ -62,7 +66,7 @@ extern "C" __global__ void moe_swiglu(const float* __restrict__ g, const float* 
         uv = uv > limit ? limit : uv;
         gv = fminf(gv, limit);
     }
-    float h = gv / (1.0f + expf(-gv)) * uv;
+    float h = gv / (1.0f + exp_rn(-gv)) * uv;
     if (has_weights) h *= weights[blockIdx.x];
     out[at] = bf16_out(h);
 }

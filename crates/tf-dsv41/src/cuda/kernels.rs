@@ -24,7 +24,7 @@ pub const FAKEQUANT: KernelSource =
 /// `index_scores`, `index_select`: the lightning indexer's scores, candidate mask and top-k, as `attn::index`.
 pub const INDEX: KernelSource = KernelSource { name: "index", source: include_str!("../../kernels/index.cu") };
 
-/// `hc_dots`, `hc_sinkhorn`, `hc_pre`, `hc_post`: an mHC site's mixes, collapse and expand.
+/// `hc_sinkhorn`, `hc_pre`, `hc_post`: an mHC site's mixes (after `dense`), collapse and expand.
 pub const MHC: KernelSource = KernelSource { name: "mhc", source: include_str!("../../kernels/mhc.cu") };
 
 /// `moe_route`, `moe_swiglu`, `moe_combine`: the MoE around its GEMVs.
@@ -33,9 +33,12 @@ pub const MOE: KernelSource = KernelSource { name: "moe", source: include_str!("
 /// `rope`: RoPE and its inverse in place.
 pub const ROPE: KernelSource = KernelSource { name: "rope", source: include_str!("../../kernels/rope.cu") };
 
+/// `rms_norm_seq`: RMSNorm in the CPU's summation order.
+pub const NORM: KernelSource = KernelSource { name: "norm", source: include_str!("../../kernels/norm.cu") };
+
 /// `embed_rows`, `scatter_rows`: the embedding gather and ring-slot scatters.
 pub const ROWS: KernelSource = KernelSource { name: "rows", source: include_str!("../../kernels/rows.cu") };
 
 /// Every kernel source of this crate, in file-name order.
-pub const KERNELS: [KernelSource; 11] =
-    [ATTN, COMPRESS, CONVERT, DENSE, ENGRAM, FAKEQUANT, INDEX, MHC, MOE, ROPE, ROWS];
+pub const KERNELS: [KernelSource; 12] =
+    [ATTN, COMPRESS, CONVERT, DENSE, ENGRAM, FAKEQUANT, INDEX, MHC, MOE, NORM, ROPE, ROWS];

@@ -1,5 +1,6 @@
 //! One block's weights on the GPU, uploaded from the CPU block with the same roles and shapes.
 
+use super::ops::Sum;
 use super::weights::{Buf, Experts4, Lin8, Mat, upload_bf16, upload_f32};
 use crate::attn::AttnWeights;
 use crate::config::LayerRole;
@@ -79,7 +80,7 @@ impl GAttn {
             wq_b: Lin8::upload(gpu, &a.wq_b)?,
             wkv: Lin8::upload(gpu, &a.wkv)?,
             kv_norm: upload_bf16(gpu, &a.kv_norm)?,
-            wo_a: Mat::from_f32(gpu, &a.wo_a, a.o_groups * a.o_lora_rank, gin)?,
+            wo_a: Mat::from_f32(gpu, &a.wo_a, a.o_groups * a.o_lora_rank, gin, Sum::Sequential)?,
             wo_b: Lin8::upload(gpu, &a.wo_b)?,
             sink: upload_f32(gpu, &a.sink)?,
             compressor,

@@ -1,6 +1,6 @@
 //! Weights on the GPU, uploaded once from the CPU model: FP8 linears, FP4 expert sets, plain matrices and vectors.
 
-use super::ops::{self, Io};
+use super::ops::{self, Io, Sum};
 use crate::linear::Dense;
 use tf_core::bf16;
 use tf_core::formats::to_bf16;
@@ -97,14 +97,16 @@ pub struct Mat {
     pub io: Io,
     pub n: usize,
     pub k: usize,
+    /// The CPU's summation order for this weight.
+    pub order: Sum,
 }
 
 impl Mat {
     pub fn upload(gpu: &'static Gpu, d: &Dense) -> Result<Mat, Error> {
-        Mat::from_f32(gpu, &d.w, d.out, d.inp)
+        Mat::from_f32(gpu, &d.w, d.out, d.inp, Sum::Lanes8)
     }
 
-    pub fn from_f32(gpu: &'static Gpu, w: &[f32], n: usize, k: usize) -> Result<Mat, Error> {
+    pub fn from_f32(gpu: &'static Gpu, w: &[f32], n: usize, k: usize, order: Sum) -> Result<Mat, Error> {
         let exact = w.iter().all(|v| to_bf16(*v).to_f32().to_bits() == v.to_bits());
         let (w, io) = if exact {
             let b: Vec<u16> = w.iter().map(|v| to_bf16(*v).to_bits()).collect();
@@ -112,7 +114,7 @@ impl Mat {
         } else {
             (gpu.upload_exact(w)?, Io::F32)
         };
-        Ok(Mat { w, io, n, k })
+        Ok(Mat { w, io, n, k, order })
     }
 
     /// `x·Wᵀ` of `rows` rows (`x_io` input, `y_io` output), in `groups` block-diagonal groups.
@@ -137,6 +139,7 @@ impl Mat {
             y_io,
             (rows, self.n, self.k),
             groups,
+            self.order,
         )?;
         Ok(y)
     }

@@ -158,13 +158,17 @@ fn gates(
             let c = run(&mut Cpu(&cpu, cpu.new_state()), &p, STEPS).map_err(err)?;
             let (pass, what, diffs) = compare(&g, &c);
             let worst = diffs.iter().copied().fold(0.0, f64::max);
+            let exact = g.iter().zip(&c).take(diffs.len()).filter(|(a, b)| a == b).count();
             report.row(
                 "e2e greedy",
                 format!("{name}, prompt {n}"),
-                format!("{what}; worst |Δlogit| {worst:.3}; GPU {gpu_s:.2} s"),
+                format!(
+                    "{what}; worst |Δlogit| {worst:.3}; {exact} of {} rows bit-identical; GPU {gpu_s:.2} s",
+                    diffs.len()
+                ),
                 pass,
             );
-            report.push("e2e", json!({"model": kind.name(), "replay": replay, "prompt": n, "pass": pass, "diffs": diffs, "gpu_s": gpu_s}));
+            report.push("e2e", json!({"model": kind.name(), "replay": replay, "prompt": n, "pass": pass, "diffs": diffs, "bit_identical": exact, "gpu_s": gpu_s}));
             all.extend(diffs);
             solo.push((p, g));
         }

@@ -66,9 +66,50 @@ fn gate(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, dir: &std:
     let cpu = Model::load(dir, opts).map_err(err)?;
     let base = prompt(rng, LONGEST, gm.cfg().vocab_size);
     let lens = lengths(rng);
-    let (mut failed, mut tokens, mut worst) = (Vec::new(), 0usize, 0.0f64);
+    // The CPU's side of the comparisons runs on other cores while the GPU works through the lengths.
+    std::thread::scope(|scope| {
+        let cpu_side = scope.spawn(|| CPU_AT.map(|n| run(&mut Cpu(&cpu, cpu.new_state()), &base[..n])));
+        let (mut failed, tokens, gpu_out) = gpu_lengths(gpu, &gm, &base, &lens)?;
+        let (mut worst, mut compared, mut exact) = (0.0f64, Vec::new(), 0);
+        let cpu_out = cpu_side.join().map_err(|_| err("the CPU side panicked"))?;
+        for (n, c) in CPU_AT.iter().zip(cpu_out) {
+            let (Some(g), c) = (gpu_out.get(n), c.map_err(err)?) else { continue };
+            // The decode step compares only when both picked the same token; a different pick must be a near-tie.
+            let same = argmax(&g[0]) == argmax(&c[0]);
+            let d = logit_diff(&g[0], &c[0]).max(if same { logit_diff(&g[1], &c[1]) } else { 0.0 });
+            worst = worst.max(d);
+            compared.push(*n);
+            exact += usize::from(*g == c);
+            if d > LOGIT_TOL || !(same || near_tie(&g[0], &c[0])) {
+                failed.push(format!("{n}: max |Δlogit| {d:.3} vs the CPU, same pick {same}"));
+            }
+        }
+        let what = format!(
+            "{} lengths 1..={LONGEST} (chunks of {CHUNK}, replay on; earlier chunks forked from one shared prefill) + 1 decode step; CPU compared at {compared:?}",
+            lens.len()
+        );
+        let result = format!(
+            "{} failed{}; worst |Δlogit| vs CPU {worst:.3}, {exact} of {} bit-identical; {tokens} GPU tokens",
+            failed.len(),
+            failed.first().map(|f| format!(", first {f}")).unwrap_or_default(),
+            compared.len()
+        );
+        report.row("prompt lengths", what, result, failed.is_empty() && lens.len() >= COUNT);
+        report.push("lengths", json!({"count": lens.len(), "failed": failed, "worst_cpu": worst, "bit_identical": exact, "tokens": tokens}));
+        Ok(())
+    })
+}
+
+/// Every length on the GPU: failures, tokens run, and the logits of the lengths the CPU also runs.
+#[allow(clippy::type_complexity)]
+fn gpu_lengths(
+    gpu: &'static Gpu,
+    gm: &GpuModel,
+    base: &[u32],
+    lens: &[usize],
+) -> Result<(Vec<String>, usize, std::collections::HashMap<usize, [Vec<f32>; 2]>), Error> {
+    let (mut failed, mut tokens, mut keep) = (Vec::new(), 0usize, std::collections::HashMap::new());
     let t = std::time::Instant::now();
-    let mut compared = Vec::new();
     // snaps[k]: a lane that has prefilled the first k chunks of the shared prompt (not last: replay stays buffered).
     let mut snaps = vec![gm.new_lane()?];
     let mut lane = gm.new_lane()?;
@@ -81,45 +122,17 @@ fn gate(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, dir: &std:
         if i % 100 == 0 {
             println!("prompt lengths: {i} of {} done, {:.1} s", lens.len(), t.elapsed().as_secs_f64());
         }
-        let out = run_tail(&gm, &snaps, &base[..n]);
         tokens += n - (n - 1) / CHUNK * CHUNK + 1;
-        let g = match out {
-            Ok(g) if g.iter().flatten().all(|v| v.is_finite()) => g,
-            Ok(_) => {
-                failed.push(format!("{n}: non-finite logits"));
-                continue;
+        match run_tail(gm, &snaps, &base[..n]) {
+            Ok(g) if g.iter().flatten().all(|v| v.is_finite()) => {
+                if CPU_AT.contains(&n) {
+                    keep.insert(n, g);
+                }
             }
-            Err(e) => {
-                failed.push(format!("{n}: {e}"));
-                continue;
-            }
-        };
-        if CPU_AT.contains(&n) {
-            let c = run(&mut Cpu(&cpu, cpu.new_state()), &base[..n]).map_err(err)?;
-            // The decode step compares only when both picked the same token; a different pick must be a near-tie.
-            let same = argmax(&g[0]) == argmax(&c[0]);
-            let d = logit_diff(&g[0], &c[0]).max(if same { logit_diff(&g[1], &c[1]) } else { 0.0 });
-            worst = worst.max(d);
-            compared.push(n);
-            if d > LOGIT_TOL || !(same || near_tie(&g[0], &c[0])) {
-                failed.push(format!("{n}: max |Δlogit| {d:.3} vs the CPU, same pick {same}"));
-            }
+            Ok(_) => failed.push(format!("{n}: non-finite logits")),
+            Err(e) => failed.push(format!("{n}: {e}")),
         }
     }
-    let secs = t.elapsed().as_secs_f64();
-    let what = format!(
-        "{} lengths 1..={LONGEST} (chunks of {CHUNK}, replay on; earlier chunks forked from one shared prefill) + 1 decode step; CPU compared at {compared:?}",
-        lens.len()
-    );
-    let result = format!(
-        "{} failed{}; worst |Δlogit| vs CPU {worst:.3}; {tokens} tokens in {secs:.1} s",
-        failed.len(),
-        failed.first().map(|f| format!(", first {f}")).unwrap_or_default()
-    );
-    report.row("prompt lengths", what, result, failed.is_empty() && lens.len() >= COUNT);
-    report.push(
-        "lengths",
-        json!({"count": lens.len(), "failed": failed, "worst_cpu": worst, "tokens": tokens, "seconds": secs}),
-    );
-    Ok(())
+    println!("prompt lengths: GPU side {:.1} s", t.elapsed().as_secs_f64());
+    Ok((failed, tokens, keep))
 }

@@ -31,19 +31,17 @@ impl Io {
     }
 }
 
-/// Warps per block, outputs per warp team and rows per block tile (kernels/dense.cu DENSE_*).
-const WARPS: usize = 8;
-const OUTS: usize = 4;
+/// Threads per block and rows per block tile (kernels/dense.cu DENSE_*).
+const THREADS: usize = 256;
 const ROWS: usize = 8;
 
-/// Warps that split one output's K: a function of `k` only, so a row's sums never depend on the batch.
-fn slices(k: usize) -> usize {
-    match k {
-        0..256 => 1,
-        256..1024 => 2,
-        1024..4096 => 4,
-        _ => 8,
-    }
+/// The order a dot product sums in, each the CPU's for the same weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sum {
+    /// tf_core's `matmul_nt`: eight strided lanes, then a fixed pairwise tree (`Dense::forward_*`, mHC, the head).
+    Lanes8,
+    /// One running sum in index order (attention's grouped `wo_a`).
+    Sequential,
 }
 
 /// y[r, g·n/groups + o] = Σ_i x[r, g·k + i] · w[g·n/groups + o, i]: `groups` independent blocks of a grouped linear.
@@ -58,6 +56,7 @@ pub fn dense(
     y_io: Io,
     (rows, n, k): (usize, usize, usize),
     groups: usize,
+    order: Sum,
 ) -> Result<(), Error> {
     const OP: &str = "dense";
     if groups == 0 || !n.is_multiple_of(groups) {
@@ -69,22 +68,21 @@ pub fn dense(
     if rows == 0 || n == 0 {
         return Ok(());
     }
-    let s = slices(k);
-    let tiles = groups * (n / groups).div_ceil(OUTS);
-    let blocks = (tiles.div_ceil(WARPS / s), rows.div_ceil(ROWS));
+    let lanes = if order == Sum::Lanes8 { 8 } else { 1 };
+    let blocks = (bytes(OP, &[n, lanes])?.div_ceil(THREADS), rows.div_ceil(ROWS));
     if blocks.1 > 65535 {
         return Err(Error::Launch { op: OP, what: format!("{rows} rows exceed one launch's {} rows", 65535 * ROWS) });
     }
     let name = format!("dense_x{}_w{}_y{}", x_io.tag(), w_io.tag(), y_io.tag());
     let f = gpu.function(&DENSE.spec(&[]), &name)?;
-    let args = [int(OP, "rows", rows)?, int(OP, "n", n)?, int(OP, "k", k)?, int(OP, "groups", groups)?, s as i32];
+    let args = [int(OP, "rows", rows)?, int(OP, "n", n)?, int(OP, "k", k)?, int(OP, "groups", groups)?, lanes as i32];
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(w).arg(y);
     for a in &args {
         launch.arg(a);
     }
-    // SAFETY: arguments match `dense_x?_w?_y?(const X*, const W*, Y*, int rows, int n, int k, int groups, int slices)`; sizes checked.
-    unsafe { launch.launch(grid(blocks, (WARPS * 32) as u32, 0)) }
+    // SAFETY: arguments match `dense_x?_w?_y?(const X*, const W*, Y*, int rows, int n, int k, int groups, int lanes)`; sizes checked.
+    unsafe { launch.launch(grid(blocks, THREADS as u32, 0)) }
         .doing(|| format!("launching {name} on {rows} rows × {n} outputs × {k}"))?;
     Ok(())
 }

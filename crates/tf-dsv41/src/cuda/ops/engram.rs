@@ -6,7 +6,7 @@ use cudarc::driver::PushKernelArg;
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu};
 
-/// `ENGRAM_THREADS` in `kernels/engram.cu`: its reductions run over exactly this many threads.
+/// `ENGRAM_THREADS` in `kernels/engram.cu`: the threads that write a stream.
 const THREADS: u32 = 256;
 
 /// EngramGate::forward's gate on x bf16 [rows, hc, dim] in place, from kv f32 [rows, (hc+1)·dim] (wkv's GEMV output, first rounded to bf16 as the CPU's wkv.forward returns bf16) and weight f32 [hc, dim] (q_weight⊙k_weight).

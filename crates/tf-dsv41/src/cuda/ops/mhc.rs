@@ -10,8 +10,6 @@ use tf_cuda::{Error, Gpu};
 const MAX_HC: usize = 8;
 /// Threads per block of the column kernels.
 const THREADS: usize = 256;
-/// `MHC_THREADS` in `kernels/mhc.cu`: `hc_dots` reduces over exactly this many threads.
-const DOT_THREADS: u32 = 256;
 
 /// Fails naming `op` unless `1 ≤ hc ≤ MAX_HC` and `dim ≥ 1`; returns the mix width `(2+hc)·hc`.
 fn shape(op: &'static str, hc: usize, dim: usize) -> Result<usize, Error> {
@@ -56,21 +54,35 @@ pub fn hc_mixes(
     if rows == 0 {
         return Ok(());
     }
-    let (rows_i, hc_i, width_i, n_i) =
-        (int(OP, "rows", rows)?, int(OP, "hc", hc)?, int(OP, "hc·dim", width)?, int(OP, "mix", n)?);
+    let (rows_i, hc_i, width_i) = (int(OP, "rows", rows)?, int(OP, "hc", hc)?, int(OP, "hc·dim", width)?);
     let iters_i = int(OP, "iters", iters)?;
-    let dots = gpu.function(&MHC.spec(&[]), "hc_dots")?;
-    {
-        let mut launch = gpu.stream().launch_builder(&dots);
-        launch.arg(x).arg(func).arg(&mut *mix).arg(&width_i).arg(&n_i).arg(&eps);
-        // SAFETY: arguments match `hc_dots(const u16*, const f32*, f32*, int, int, float)`; sizes checked above.
-        unsafe { launch.launch(grid((rows, n), DOT_THREADS, 0)) }
-            .doing(|| format!("launching {OP} (dots) on {rows} rows"))?;
-    }
+    // The raw dots in matmul_nt's order, as HcSite::mixes computes them on the CPU.
+    super::dense(
+        gpu,
+        x,
+        super::Io::Bf16,
+        func,
+        super::Io::F32,
+        &mut *mix,
+        super::Io::F32,
+        (rows, n, width),
+        1,
+        super::Sum::Lanes8,
+    )?;
     let sinkhorn = gpu.function(&MHC.spec(&[]), "hc_sinkhorn")?;
     let mut launch = gpu.stream().launch_builder(&sinkhorn);
-    launch.arg(mix).arg(scale).arg(base).arg(&rows_i).arg(&hc_i).arg(&iters_i).arg(&hc_eps);
-    // SAFETY: arguments match `hc_sinkhorn(f32*, const f32*, const f32*, int, int, int, float)`; it reads the dots in place.
+    launch
+        .arg(mix)
+        .arg(x)
+        .arg(scale)
+        .arg(base)
+        .arg(&rows_i)
+        .arg(&hc_i)
+        .arg(&width_i)
+        .arg(&iters_i)
+        .arg(&eps)
+        .arg(&hc_eps);
+    // SAFETY: arguments match `hc_sinkhorn(f32*, const u16*, const f32*, const f32*, int, int, int, int, float, float)`; sizes checked above.
     unsafe { launch.launch(grid((rows.div_ceil(64), 1), 64, 0)) }
         .doing(|| format!("launching {OP} (sinkhorn) on {rows} rows"))?;
     Ok(())

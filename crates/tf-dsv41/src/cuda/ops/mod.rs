@@ -8,17 +8,19 @@ mod fakequant;
 mod index;
 mod mhc;
 mod moe;
+mod norm;
 mod rope;
 mod rows;
 
 pub use attn::{KEY_NONE, KeyRows, KeySource, compress_pool, key_id, sparse_attn};
 pub use convert::f32_to_bf16;
-pub use dense::{Io, dense};
+pub use dense::{Io, Sum, dense};
 pub use engram::engram_gate;
 pub use fakequant::{qdq_fp4, qdq_fp8_pow2};
 pub use index::{Candidates, index_scores, index_select};
 pub use mhc::{hc_mixes, hc_post, hc_pre};
 pub use moe::{moe_combine, route, swiglu};
+pub use norm::rms_norm;
 pub use rope::{rope, rope_table};
 pub use rows::{embed_rows, scatter_rows};
 
