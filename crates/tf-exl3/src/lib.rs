@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
 pub mod cuda;
+pub mod exl3;
 mod fp4;
 
+pub use exl3::{Codebook, Exl3Weight};
 pub use fp4::Fp4Weight;
