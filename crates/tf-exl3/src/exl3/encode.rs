@@ -96,8 +96,7 @@ fn block_rms(w: &[f32], (n, m): (usize, usize), by_row: bool) -> Vec<f32> {
         .collect()
 }
 
-/// Quantizes `w [in_p, out_p]` (HF's weight.T, dims multiples of 128) without calibration, as upstream's fallback:
-/// random input signs, Hadamard rotations, RMS scales folded into `suh`/`svh`, then an exact Viterbi per tile.
+/// Quantizes `w [in_p, out_p]` (HF's weight.T, dims multiples of 128) as upstream's calibration-free fallback: signs, Hadamards, RMS scales in `suh`, a Viterbi per tile.
 pub fn quantize(w: &[f32], (in_p, out_p): (usize, usize), k: usize, codebook: Codebook, seed: u64) -> Exl3Weight {
     assert!(
         in_p % HAD == 0 && out_p % HAD == 0 && w.len() == in_p * out_p,
