@@ -1,5 +1,6 @@
 //! The Engram module (dsv41 §10.2): gathered n-gram rows → `wkv` → per-stream signed-sqrt gate on a shared value.
 
+use crate::qlinear::QLinear;
 use tf_core::formats::to_bf16;
 use tf_core::ops::qgemm::Fp8Weight;
 use tf_core::{Checkpoint, Error, Result, bf16};
@@ -10,7 +11,7 @@ use crate::linear::Dense;
 /// One Engram layer: its table, `wkv`, and the folded `q_weight ⊙ k_weight`.
 pub struct EngramGate {
     pub table: Box<dyn EngramTable>,
-    pub wkv: Fp8Weight,
+    pub wkv: QLinear<Fp8Weight>,
     /// `q_weight · k_weight` in f32, `[hc × dim]`: the reference only ever uses the product.
     pub weight: Vec<f32>,
     pub hc: usize,
@@ -27,12 +28,7 @@ impl EngramGate {
     pub fn load(ck: &Checkpoint, prefix: &str, hc: usize, dim: usize, cols: usize) -> Result<EngramGate> {
         let p = format!("{prefix}engram.");
         let table = TensorTable::open(ck, &format!("{p}embed")).map_err(|e| Error::Invalid(e.to_string()))?;
-        let wkv = Fp8Weight::load(ck, &format!("{p}wkv"))?;
-        let want = (dim * (hc + 1), cols * table.dim());
-        if (wkv.out_features(), wkv.in_features()) != want {
-            let found = vec![wkv.out_features(), wkv.in_features()];
-            return Err(Error::ShapeMismatch { name: format!("{p}wkv.weight"), expected: vec![want.0, want.1], found });
-        }
+        let wkv = QLinear::load(ck, &format!("{p}wkv"), dim * (hc + 1), cols * table.dim())?;
         let q = Dense::load(ck, &format!("{p}q_weight"), hc, dim)?.w;
         let k = Dense::load(ck, &format!("{p}k_weight"), hc, dim)?.w;
         let weight = q.iter().zip(&k).map(|(a, b)| a * b).collect();

@@ -8,6 +8,7 @@ pub mod linear;
 pub mod mhc;
 pub mod model;
 pub mod moe;
+pub mod qlinear;
 pub mod rope;
 pub mod state;
 pub mod tiny;

@@ -1,6 +1,7 @@
 //! MoE (dsv41 §9): sqrt-softplus router with selection-only bias, FP4 routed experts, FP8 shared expert.
 
 use crate::linear::{Dense, load_vec};
+use crate::qlinear::QLinear;
 use tf_core::formats::to_bf16;
 use tf_core::ops::qgemm::Fp8Weight;
 use tf_core::{Checkpoint, Result, bf16};
@@ -20,8 +21,8 @@ pub struct Moe {
     pub gate: Dense,
     pub bias: Vec<f32>,
     pub bias_vl: Option<Vec<f32>>,
-    pub experts: Vec<Expert<Fp4Weight>>,
-    pub shared: Expert<Fp8Weight>,
+    pub experts: Vec<Expert<QLinear<Fp4Weight>>>,
+    pub shared: Expert<QLinear<Fp8Weight>>,
     pub topk: usize,
     pub route_scale: f32,
     pub norm_topk: bool,
@@ -53,17 +54,25 @@ impl Moe {
         let mut experts = Vec::with_capacity(s.experts);
         for e in 0..s.experts {
             let p = format!("{f}experts.{e}.");
-            let load = |w: &str| Fp4Weight::load(ck, &format!("{p}{w}"));
-            experts.push(Expert { w1: load("w1")?, w2: load("w2")?, w3: load("w3")? });
+            let load = |w: &str, o, i| QLinear::load(ck, &format!("{p}{w}"), o, i);
+            experts.push(Expert {
+                w1: load("w1", s.inter, s.dim)?,
+                w2: load("w2", s.dim, s.inter)?,
+                w3: load("w3", s.inter, s.dim)?,
+            });
         }
-        let sh = |w: &str| Fp8Weight::load(ck, &format!("{f}shared_experts.{w}"));
+        let sh = |w: &str, o, i| QLinear::load(ck, &format!("{f}shared_experts.{w}"), o, i);
         let vl = format!("{f}gate.bias_vl");
         Ok(Moe {
             gate: Dense::load(ck, &format!("{f}gate.weight"), s.experts, s.dim)?,
             bias: load_vec(ck, &format!("{f}gate.bias"), s.experts)?,
             bias_vl: if ck.contains(&vl) { Some(load_vec(ck, &vl, s.experts)?) } else { None },
             experts,
-            shared: Expert { w1: sh("w1")?, w2: sh("w2")?, w3: sh("w3")? },
+            shared: Expert {
+                w1: sh("w1", s.inter, s.dim)?,
+                w2: sh("w2", s.dim, s.inter)?,
+                w3: sh("w3", s.inter, s.dim)?,
+            },
             topk: s.topk,
             route_scale,
             norm_topk,

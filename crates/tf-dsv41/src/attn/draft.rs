@@ -12,7 +12,7 @@ impl AttnWeights {
     pub fn window_kv(&self, x: &[bf16], pos0: usize, rope: &Rope, eps: f32) -> Vec<bf16> {
         let rows = x.len() / self.wkv.in_features();
         let xq = QuantActs::new(x, rows, self.wkv.in_features());
-        let mut kv = crate::linear::rms_norm_rows(&tf_core::ops::qgemm::qgemm_bf16(&self.wkv, &xq), &self.kv_norm, eps);
+        let mut kv = crate::linear::rms_norm_rows(&self.wkv.forward_acts(x, &xq), &self.kv_norm, eps);
         for (r, row) in kv.chunks_exact_mut(self.head_dim).enumerate() {
             rope_bf16(row, rope, pos0 + r, false);
             qdq_fp8_pow2(row, 32);

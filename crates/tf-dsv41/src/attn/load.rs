@@ -2,6 +2,7 @@
 
 use crate::config::{Config, LayerRole};
 use crate::linear::{Dense, load_bf16_vec, load_vec};
+use crate::qlinear::{QLinear, exl3_dense};
 use tf_core::ops::qgemm::{Fp8Weight, expect_shape};
 use tf_core::{Checkpoint, DType, Error, Result, bf16};
 
@@ -23,7 +24,7 @@ pub struct IndexKeys {
 /// The indexer's query side: FP8 `wq_b` from the q latent and bf16 `weights_proj` from the input.
 #[derive(Clone, Debug)]
 pub struct Indexer {
-    pub wq_b: Fp8Weight,
+    pub wq_b: QLinear<Fp8Weight>,
     pub weights_proj: Dense,
     pub heads: usize,
     pub head_dim: usize,
@@ -43,37 +44,53 @@ pub struct AttnWeights {
     pub uses_candidates: bool,
     pub candidate_blocks: usize,
     pub candidate_block: usize,
-    pub wq_a: Fp8Weight,
+    pub wq_a: QLinear<Fp8Weight>,
     pub q_norm: Vec<bf16>,
-    pub wq_b: Fp8Weight,
-    pub wkv: Fp8Weight,
+    pub wq_b: QLinear<Fp8Weight>,
+    pub wkv: QLinear<Fp8Weight>,
     pub kv_norm: Vec<bf16>,
     /// `wo_a` as bf16 values in f32, `[groups·rank, heads·head_dim/groups]`.
     pub wo_a: Vec<f32>,
-    pub wo_b: Fp8Weight,
+    pub wo_b: QLinear<Fp8Weight>,
     pub sink: Vec<f32>,
     pub compressor: Option<Compressor>,
     pub index_keys: Option<IndexKeys>,
     pub indexer: Option<Indexer>,
 }
 
-fn fp8(ck: &Checkpoint, name: &str, out: usize, inp: usize) -> Result<Fp8Weight> {
-    let w = Fp8Weight::load(ck, name)?;
-    if (w.out_features(), w.in_features()) != (out, inp) {
-        return Err(Error::ShapeMismatch {
-            name: format!("{name}.weight"),
-            expected: vec![out, inp],
-            found: vec![w.out_features(), w.in_features()],
-        });
+/// A plain linear `{name}.weight`, or the effective weight of an EXL3 `{name}.trellis`.
+fn dense(ck: &Checkpoint, name: &str, out: usize, inp: usize) -> Result<Dense> {
+    match exl3_dense(ck, name, out, inp)? {
+        Some(d) => Ok(d),
+        None => Dense::load(ck, &format!("{name}.weight"), out, inp),
     }
-    Ok(w)
+}
+
+fn fp8(ck: &Checkpoint, name: &str, out: usize, inp: usize) -> Result<QLinear<Fp8Weight>> {
+    QLinear::load(ck, name, out, inp)
 }
 
 /// `wo_a` is FP8 in the HF checkpoint and bf16 after DeepSeek's converter; either way it is used as bf16.
-fn load_wo_a(ck: &Checkpoint, name: &str, out: usize, inp: usize) -> Result<Vec<f32>> {
+fn load_wo_a(ck: &Checkpoint, name: &str, (g, rank): (usize, usize), inp: usize) -> Result<Vec<f32>> {
+    let out = g * rank;
+    // EXL3 checkpoints store one linear per output group, `{name}.slice.{g}`.
+    if ck.contains(&format!("{name}.slice.0.trellis")) {
+        let mut w = Vec::with_capacity(out * inp);
+        for gi in 0..g {
+            let slice = format!("{name}.slice.{gi}");
+            w.extend(
+                exl3_dense(ck, &slice, rank, inp)?
+                    .ok_or_else(|| Error::Invalid(format!("tensor `{slice}.trellis` not found")))?
+                    .w,
+            );
+        }
+        return Ok(w);
+    }
     let t = ck.get(&format!("{name}.weight"))?;
     if t.dtype() == DType::F8E4M3 {
-        return Ok(fp8(ck, name, out, inp)?.dequant_bf16().into_iter().map(|v| v.to_f32()).collect());
+        let w = Fp8Weight::load(ck, name)?;
+        expect_shape(&format!("{name}.weight"), &t, &[out, inp])?;
+        return Ok(w.dequant_bf16().into_iter().map(|v| v.to_f32()).collect());
     }
     expect_shape(&format!("{name}.weight"), &t, &[out, inp])?;
     Ok(Dense::load(ck, &format!("{name}.weight"), out, inp)?.w)
@@ -86,12 +103,8 @@ impl AttnWeights {
         let (dim, h, d, qr) = (cfg.dim, cfg.n_heads, cfg.head_dim, cfg.q_lora_rank);
         let (g, rank) = (cfg.o_groups, cfg.o_lora_rank);
         let compressor = if role.is_kv_source {
-            let wkv = Dense::load(ck, &format!("{a}compressor.wkv.weight"), d, dim)?;
-            let wgate = if role.ratio > 1 {
-                Some(Dense::load(ck, &format!("{a}compressor.wgate.weight"), d, dim)?)
-            } else {
-                None
-            };
+            let wkv = dense(ck, &format!("{a}compressor.wkv"), d, dim)?;
+            let wgate = if role.ratio > 1 { Some(dense(ck, &format!("{a}compressor.wgate"), d, dim)?) } else { None };
             Some(Compressor { wkv, wgate, norm: load_bf16_vec(ck, &format!("{a}compressor.norm.weight"), d)? })
         } else {
             None
@@ -99,7 +112,7 @@ impl AttnWeights {
         let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
         let index_keys = if role.is_kv_source && role.is_index_source {
             Some(IndexKeys {
-                wk: Dense::load(ck, &format!("{a}indexer.wk.weight"), id, d)?,
+                wk: dense(ck, &format!("{a}indexer.wk"), id, d)?,
                 norm: load_bf16_vec(ck, &format!("{a}indexer.k_norm.weight"), id)?,
             })
         } else {
@@ -132,7 +145,7 @@ impl AttnWeights {
             wq_b: fp8(ck, &format!("{a}wq_b"), h * d, qr)?,
             wkv: fp8(ck, &format!("{a}wkv"), d, dim)?,
             kv_norm: load_bf16_vec(ck, &format!("{a}kv_norm.weight"), d)?,
-            wo_a: load_wo_a(ck, &format!("{a}wo_a"), g * rank, h * d / g)?,
+            wo_a: load_wo_a(ck, &format!("{a}wo_a"), (g, rank), h * d / g)?,
             wo_b: fp8(ck, &format!("{a}wo_b"), dim, g * rank)?,
             sink: load_vec(ck, &format!("{a}attn_sink"), h)?,
             compressor,

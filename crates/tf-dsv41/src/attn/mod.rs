@@ -56,12 +56,12 @@ impl AttnWeights {
         let rows = x.len() / self.wq_a.in_features();
         let (heads, d) = (self.n_heads, self.head_dim);
         let xq = QuantActs::new(x, rows, self.wq_a.in_features());
-        let qr = rms_norm_rows(&tf_core::ops::qgemm::qgemm_bf16(&self.wq_a, &xq), &self.q_norm, call.eps);
+        let qr = rms_norm_rows(&self.wq_a.forward_acts(x, &xq), &self.q_norm, call.eps);
         let mut q = self.wq_b.forward(&qr, rows);
         for (r, row) in q.chunks_exact_mut(heads * d).enumerate() {
             row.chunks_exact_mut(d).for_each(|h| rope_bf16(h, rope, pos0 + r, false));
         }
-        let mut kv = rms_norm_rows(&tf_core::ops::qgemm::qgemm_bf16(&self.wkv, &xq), &self.kv_norm, call.eps);
+        let mut kv = rms_norm_rows(&self.wkv.forward_acts(x, &xq), &self.kv_norm, call.eps);
         for (r, row) in kv.chunks_exact_mut(d).enumerate() {
             rope_bf16(row, rope, pos0 + r, false);
             qdq_fp8_pow2(row, 32);

@@ -2,6 +2,7 @@
 
 use super::ops::{self, Io, Sum};
 use crate::linear::Dense;
+use crate::qlinear::QLinear;
 use tf_core::bf16;
 use tf_core::formats::to_bf16;
 use tf_core::ops::qgemm::Fp8Weight;
@@ -39,7 +40,8 @@ pub struct Lin8 {
 }
 
 impl Lin8 {
-    pub fn upload(gpu: &'static Gpu, w: &Fp8Weight) -> Result<Lin8, Error> {
+    pub fn upload(gpu: &'static Gpu, w: &QLinear<Fp8Weight>) -> Result<Lin8, Error> {
+        let w = native(w)?;
         let (codes, scales) = w.raw();
         Ok(Lin8 {
             w: gpu.upload_exact(codes)?,
@@ -79,16 +81,22 @@ pub struct Experts4 {
 }
 
 impl Experts4 {
-    pub fn upload<'a>(gpu: &'static Gpu, ws: impl Iterator<Item = &'a Fp4Weight>) -> Result<Experts4, Error> {
+    pub fn upload<'a>(gpu: &'static Gpu, ws: impl Iterator<Item = &'a QLinear<Fp4Weight>>) -> Result<Experts4, Error> {
         let mut w = Vec::new();
         let (mut n, mut k) = (0, 0);
         for e in ws {
+            let e = native(e)?;
             let (codes, scales) = e.raw();
             (n, k) = (e.out_features(), e.in_features());
             w.push((gpu.upload_exact(codes)?, gpu.upload_exact(scales)?));
         }
         Ok(Experts4 { w, n, k })
     }
+}
+
+/// The native weight of a linear, or an error naming the EXL3 tensor the GPU cannot run yet.
+fn native<W: crate::qlinear::Native>(q: &QLinear<W>) -> Result<&W, Error> {
+    q.native().map_err(|what| Error::Launch { op: "upload", what })
 }
 
 /// A plain `[n, k]` matrix kept in bf16 when every value is one (as checkpoints store them), else f32.

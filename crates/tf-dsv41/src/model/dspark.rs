@@ -4,6 +4,7 @@ use super::{Block, BlockCall, Model, Streams};
 use crate::attn::Shared;
 use crate::config::RopeKind;
 use crate::linear::{Dense, load_bf16_vec, rms_norm_rows};
+use crate::qlinear::QLinear;
 use crate::state::SeqState;
 use tf_core::ops::argmax;
 use tf_core::ops::qgemm::Fp8Weight;
@@ -13,7 +14,7 @@ use tf_core::{Checkpoint, Error, Result, bf16};
 #[derive(Debug)]
 pub struct DSparkHeads {
     pub stages: Vec<Block>,
-    pub main_proj: Fp8Weight,
+    pub main_proj: QLinear<Fp8Weight>,
     pub main_norm: Vec<bf16>,
     pub norm: Vec<bf16>,
     pub markov_embed: Vec<bf16>,
@@ -33,10 +34,7 @@ impl DSparkHeads {
     pub fn load(ck: &Checkpoint, cfg: &crate::Config, stages: Vec<Block>) -> Result<DSparkHeads> {
         let last = format!("mtp.{}.", cfg.n_mtp_layers - 1);
         let (dim, rank, vocab) = (cfg.dim, cfg.dspark_markov_rank, cfg.vocab_size);
-        let main_proj = Fp8Weight::load(ck, "mtp.0.main_proj")?;
-        if (main_proj.out_features(), main_proj.in_features()) != (dim, dim * cfg.dspark_target_layer_ids.len()) {
-            return Err(Error::Invalid("tensor `mtp.0.main_proj.weight`: shape disagrees with dim × taps".into()));
-        }
+        let main_proj = QLinear::load(ck, "mtp.0.main_proj", dim, dim * cfg.dspark_target_layer_ids.len())?;
         let embed = Dense::load(ck, &format!("{last}markov_head.embed.weight"), vocab, rank)?;
         Ok(DSparkHeads {
             stages,

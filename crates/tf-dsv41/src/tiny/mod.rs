@@ -1,6 +1,7 @@
 //! Deterministic synthetic dsv41 checkpoints in the official format (`cargo xtask make-tiny`), and their inventory.
 
 mod configs;
+pub mod exl3;
 mod init;
 pub mod inventory;
 pub mod quant;

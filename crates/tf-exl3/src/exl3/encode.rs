@@ -3,6 +3,7 @@
 use super::codebook::Codebook;
 use super::trellis::{TILE, pack_tile, tile_perm};
 use super::weight::{Exl3Weight, HAD, fwht_blocks};
+use rayon::prelude::*;
 use tf_core::formats::{f16_bits_to_f32, f32_to_f16_bits};
 use tf_core::rng::SplitMix64;
 
@@ -133,16 +134,20 @@ pub fn quantize(w: &[f32], (in_p, out_p): (usize, usize), k: usize, codebook: Co
     let mut out = Exl3Weight { in_p, out_p, k, codebook, trellis: Vec::new(), suh, svh, bias: None };
     let perm = tile_perm();
     let (tk, tn) = (in_p / 16, out_p / 16);
-    out.trellis = Vec::with_capacity(tk * tn * 16 * k);
-    for t in 0..tk * tn {
-        let (r0, c0) = (16 * (t / tn), 16 * (t % tn));
-        let mut target = [0.0f32; TILE];
-        for (p, v) in target.iter_mut().enumerate() {
-            *v = r[(r0 + usize::from(perm[p]) / 16) * out_p + c0 + usize::from(perm[p]) % 16];
-        }
-        let (states, _) = encode_tile(&target, k, &table);
-        let symbols: Vec<u16> = states.iter().map(|&s| s & ((1 << k) - 1) as u16).collect();
-        out.trellis.extend(pack_tile(&symbols, k));
-    }
+    // Tiles encode independently, so they run in parallel; the result does not depend on the thread count.
+    let records: Vec<Vec<u16>> = (0..tk * tn)
+        .into_par_iter()
+        .map(|t| {
+            let (r0, c0) = (16 * (t / tn), 16 * (t % tn));
+            let mut target = [0.0f32; TILE];
+            for (p, v) in target.iter_mut().enumerate() {
+                *v = r[(r0 + usize::from(perm[p]) / 16) * out_p + c0 + usize::from(perm[p]) % 16];
+            }
+            let (states, _) = encode_tile(&target, k, &table);
+            let symbols: Vec<u16> = states.iter().map(|&s| s & ((1 << k) - 1) as u16).collect();
+            pack_tile(&symbols, k)
+        })
+        .collect();
+    out.trellis = records.concat();
     out
 }

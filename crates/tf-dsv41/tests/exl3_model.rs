@@ -1,0 +1,87 @@
+//! dsv41 from an EXL3 checkpoint on the CPU: every block-scaled linear re-stored as a trellis loads and runs.
+
+use tf_core::Checkpoint;
+use tf_core::ops::qgemm::Fp8Weight;
+use tf_core::rng::SplitMix64;
+use tf_dsv41::qlinear::QLinear;
+use tf_dsv41::tiny::exl3::{Exl3Mode, convert, exl3_tensors};
+use tf_dsv41::tiny::{TinyKind, write_checkpoint};
+use tf_dsv41::{Model, Options};
+use tf_exl3::exl3::Codebook;
+use tf_exl3::exl3::encode::random_weight;
+
+fn greedy(m: &Model, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
+    let mut st = m.new_state();
+    let mut out = vec![m.prefill(&mut st, prompt, true).unwrap().unwrap()];
+    for _ in 0..steps {
+        let l = out.last().unwrap();
+        let t = (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as u32;
+        out.push(m.decode(&mut st, &[t]).unwrap().remove(0));
+    }
+    out
+}
+
+#[test]
+fn an_exl3_tiny_checkpoint_loads_and_runs_on_the_cpu() {
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write_checkpoint(TinyKind::Tiny, 0, src.path()).unwrap();
+    let n = convert(src.path(), dst.path(), Codebook::Mul1, Exl3Mode::Random, 1).unwrap();
+    let opts = Options::default();
+    let (fp8, exl3) = (Model::load(src.path(), opts).unwrap(), Model::load(dst.path(), opts).unwrap());
+    let is = |q: &QLinear<Fp8Weight>| matches!(q, QLinear::Exl3(_));
+    for b in &exl3.blocks {
+        let a = &b.attn;
+        assert!(
+            [&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b].into_iter().all(is),
+            "layer {}: attention linears are EXL3",
+            b.role.layer
+        );
+        assert!(b.ffn.experts.iter().all(|e| matches!(e.w1, QLinear::Exl3(_))) && is(&b.ffn.shared.w2));
+    }
+    assert!(n >= exl3.blocks.len() * 4, "{n} linears converted");
+    let prompt: Vec<u32> = (0..9).map(|i| 3 + i * 37).collect();
+    let (a, b) = (greedy(&exl3, &prompt, 4), greedy(&exl3, &prompt, 4));
+    assert!(a.iter().flatten().all(|v| v.is_finite()), "finite logits");
+    assert_eq!(a, b, "deterministic");
+    assert_ne!(a[0], greedy(&fp8, &prompt, 0)[0], "the EXL3 weights are the ones used");
+}
+
+#[test]
+fn an_exl3_linear_that_does_not_pad_its_shape_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = random_weight(&mut SplitMix64::new(1), (256, 128, 2), Codebook::Mcg, 0.1);
+    let tensors = exl3_tensors("layers.0.attn.wq_a", &w).unwrap();
+    let refs: Vec<(&str, &tf_core::Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let path = dir.path().join("model.safetensors");
+    tf_core::st::write::write_file(&path, &refs, None).unwrap();
+    let ck = Checkpoint::open(&path).unwrap();
+    assert!(QLinear::<Fp8Weight>::load(&ck, "layers.0.attn.wq_a", 128, 200).is_ok(), "256 pads 200");
+    let e = QLinear::<Fp8Weight>::load(&ck, "layers.0.attn.wq_a", 128, 100).unwrap_err().to_string();
+    assert!(e.contains("layers.0.attn.wq_a.trellis") && e.contains("pad"), "{e}");
+}
+
+#[test]
+fn quantize_mode_stores_the_source_linear_in_exl3_orientation() {
+    // One FP8 linear [out 128, in 256]; quantized at K = 2 it must come back near the source (a transposed or
+    // misordered store would be off by about the signal itself).
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (out, inp) = (128, 256);
+    let mut rng = SplitMix64::new(4);
+    let w: Vec<f32> = (0..out * inp).map(|_| rng.normal() * 0.05).collect();
+    let (codes, scales) = tf_dsv41::tiny::quant::quant_fp8_tiles(&w, out, inp);
+    let t = |d, s: &[usize], b: &[u8]| tf_core::Tensor::from_bytes(d, s, b).unwrap();
+    let tensors = [
+        ("layers.0.attn.wq_a.weight", t(tf_core::DType::F8E4M3, &[out, inp], &codes)),
+        ("layers.0.attn.wq_a.scale", t(tf_core::DType::F8E8M0, &[out / 32, inp / 32], &scales)),
+    ];
+    let refs: Vec<(&str, &tf_core::Tensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+    tf_core::st::write::write_file(&src.path().join("model.safetensors"), &refs, None).unwrap();
+    assert_eq!(convert(src.path(), dst.path(), Codebook::Inst3, Exl3Mode::Quantize, 2).unwrap(), 1);
+    let fp8 = Fp8Weight::load(&Checkpoint::open(src.path()).unwrap(), "layers.0.attn.wq_a").unwrap();
+    let q = QLinear::<Fp8Weight>::load(&Checkpoint::open(dst.path()).unwrap(), "layers.0.attn.wq_a", out, inp).unwrap();
+    let x: Vec<tf_core::bf16> = (0..2 * inp).map(|_| tf_core::bf16::from_f32(rng.normal())).collect();
+    let (a, b) = (fp8.forward_f32(&x, 2), q.forward_f32(&x, 2));
+    let err =
+        (a.iter().zip(&b).map(|(p, q)| (p - q).powi(2)).sum::<f32>() / a.iter().map(|p| p * p).sum::<f32>()).sqrt();
+    assert!(err < 0.35, "relative error {err} at K = 2");
+}
