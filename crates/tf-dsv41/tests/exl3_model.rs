@@ -62,8 +62,7 @@ fn an_exl3_linear_that_does_not_pad_its_shape_is_refused_naming_it() {
 
 #[test]
 fn quantize_mode_stores_the_source_linear_in_exl3_orientation() {
-    // One FP8 linear [out 128, in 256]; quantized at K = 2 it must come back near the source (a transposed or
-    // misordered store would be off by about the signal itself).
+    // One FP8 linear [128, 256] quantized at K = 2 comes back near its source; a transposed store would miss by the signal itself.
     let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (out, inp) = (128, 256);
     let mut rng = SplitMix64::new(4);
