@@ -6,6 +6,8 @@ mod history;
 mod layout;
 pub mod multipliers;
 pub mod primes;
+mod readahead;
+pub mod store;
 mod table;
 mod token_map;
 
@@ -14,5 +16,7 @@ pub use hasher::{NgramHasher, NgramIds};
 pub use history::{DEAD, DEFAULT_MAX_ROLLBACK, NgramHistory};
 pub use layout::{EngramConfig, EngramLayout};
 pub use multipliers::{Multipliers, multipliers};
+pub use readahead::{ChunkRows, ReadAhead};
+pub use store::{FileTable, IoMode, write_packed};
 pub use table::{EngramTable, SCALE_BLOCK, TensorTable, dequant_row};
 pub use token_map::{DEEPSEEK_V4_CLASSES, DEEPSEEK_V4_TOKEN_MAP, DEEPSEEK_V4_VOCAB, TokenMap};

@@ -1,0 +1,161 @@
+//! Read-ahead (issue 7): a prompt's Engram rows fetched on background threads, chunks ahead of the forward, in order.
+
+use crate::table::EngramTable;
+use crate::{EngramError, Result};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tf_core::bf16;
+
+/// One chunk's rows: its distinct ids, sorted, and their bf16 rows in that order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkRows {
+    pub chunk: usize,
+    ids: Vec<u64>,
+    rows: Vec<bf16>,
+    dim: usize,
+}
+
+impl ChunkRows {
+    /// Distinct rows fetched for this chunk.
+    pub fn distinct(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Writes row `ids[i]` into `out[i·dim..]`, as [`EngramTable::gather`]; an id the chunk did not ask for is an error.
+    pub fn gather(&self, ids: &[u64], out: &mut [bf16]) -> Result<()> {
+        let dim = self.dim;
+        for (&id, o) in ids.iter().zip(out.chunks_exact_mut(dim)) {
+            let i = self.ids.binary_search(&id).map_err(|_| EngramError::BadTable {
+                table: format!("read-ahead chunk {}", self.chunk),
+                msg: format!("row {id} was not fetched for this chunk"),
+            })?;
+            o.copy_from_slice(&self.rows[i * dim..(i + 1) * dim]);
+        }
+        Ok(())
+    }
+}
+
+/// Fetches chunk after chunk in order on a background thread, at most `depth` chunks ahead (bounded memory).
+pub struct ReadAhead {
+    rx: Option<Receiver<Result<ChunkRows>>>,
+    next: usize,
+    chunks: usize,
+    waits: Vec<Duration>,
+    failed: Option<String>,
+    stop: Arc<AtomicBool>,
+    worker: Option<JoinHandle<()>>,
+}
+
+/// The sorted distinct ids of a chunk and their rows, read in `threads` parts at once.
+fn fetch(table: &dyn EngramTable, chunk: usize, ids: &[u64], threads: usize) -> Result<ChunkRows> {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    let dim = table.dim();
+    let mut rows = vec![bf16::ZERO; ids.len() * dim];
+    let per = ids.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|s| {
+        let parts: Vec<_> =
+            ids.chunks(per).zip(rows.chunks_mut(per * dim)).map(|(i, o)| s.spawn(move || table.gather(i, o))).collect();
+        parts.into_iter().try_for_each(|p| {
+            p.join().unwrap_or_else(|_| {
+                Err(EngramError::BadTable { table: table.name().to_string(), msg: "a read thread panicked".into() })
+            })
+        })
+    })?;
+    Ok(ChunkRows { chunk, ids, rows, dim })
+}
+
+fn produce(
+    table: Arc<dyn EngramTable>,
+    chunks: Vec<Vec<u64>>,
+    threads: usize,
+    tx: SyncSender<Result<ChunkRows>>,
+    stop: Arc<AtomicBool>,
+) {
+    for (i, ids) in chunks.iter().enumerate() {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let r = fetch(table.as_ref(), i, ids, threads);
+        let failed = r.is_err();
+        // A send fails only when the forward dropped the read-ahead: nothing left to do.
+        if tx.send(r).is_err() || failed {
+            return;
+        }
+    }
+}
+
+impl ReadAhead {
+    /// Starts fetching `chunks` (the row ids each chunk of the forward will gather, repeats allowed) from `table`.
+    pub fn start(table: Arc<dyn EngramTable>, chunks: Vec<Vec<u64>>, depth: usize, threads: usize) -> ReadAhead {
+        let n = chunks.len();
+        // The channel holds `depth` finished chunks; the worker blocks on the next, so memory stays bounded.
+        let (tx, rx) = sync_channel(depth.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let worker = std::thread::Builder::new()
+            .name("engram-readahead".into())
+            .spawn(move || produce(table, chunks, threads, tx, flag))
+            .expect("spawning the read-ahead thread");
+        ReadAhead {
+            rx: Some(rx),
+            next: 0,
+            chunks: n,
+            waits: Vec::with_capacity(n),
+            failed: None,
+            stop,
+            worker: Some(worker),
+        }
+    }
+
+    /// The next chunk's rows, in order; blocks (and counts the wait) only when the disk is behind. After an error every later call returns it again: the request fails, nothing hangs.
+    pub fn next_chunk(&mut self) -> Result<ChunkRows> {
+        if let Some(msg) = &self.failed {
+            return Err(EngramError::BadTable { table: "read-ahead".into(), msg: msg.clone() });
+        }
+        if self.next >= self.chunks {
+            return Err(EngramError::BadTable {
+                table: "read-ahead".into(),
+                msg: format!("all {} chunks were already taken", self.chunks),
+            });
+        }
+        let t = Instant::now();
+        let got = self.rx.as_ref().expect("present until drop").recv();
+        self.waits.push(t.elapsed());
+        let r = got.unwrap_or_else(|_| {
+            Err(EngramError::BadTable {
+                table: "read-ahead".into(),
+                msg: format!("the reader stopped before chunk {}", self.next),
+            })
+        });
+        match &r {
+            Ok(c) if c.chunk == self.next => self.next += 1,
+            Ok(c) => self.failed = Some(format!("chunk {} arrived when {} was due", c.chunk, self.next)),
+            Err(e) => self.failed = Some(e.to_string()),
+        }
+        if let Some(msg) = &self.failed {
+            return Err(EngramError::BadTable { table: "read-ahead".into(), msg: msg.clone() });
+        }
+        r
+    }
+
+    /// How long each `next_chunk` call waited, in order.
+    pub fn waits(&self) -> &[Duration] {
+        &self.waits
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Dropping the receiver unblocks a worker waiting to send.
+        self.rx.take();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Tables on disk: rows through the store equal rows read directly (shards and packed, mmap and O_DIRECT), bad tables refused at load, and the read-ahead neither reorders nor drops a row and fails a request on an I/O error.
+
+use proptest::prelude::*;
+use std::sync::Arc;
+use tf_core::rng::SplitMix64;
+use tf_core::st::write::write_file;
+use tf_core::{Checkpoint, DType, Tensor, bf16};
+use tf_engram::{EngramTable, FileTable, IoMode, ReadAhead, TensorTable, write_packed};
+
+const NAME: &str = "layers.1.engram.embed";
+
+/// A directory on the build's own disk: O_DIRECT needs a filesystem that supports it (tmpfs does not).
+fn dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+/// Random FP8 codes (no NaN) and E8M0 scales near 1 for `rows × dim`.
+fn random(rows: usize, dim: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    let mut rng = SplitMix64::new(seed);
+    let codes = (0..rows * dim)
+        .map(|_| (rng.next_u64() % 256) as u8)
+        .map(|c| if c & 0x7F == 0x7F { 0x7E } else { c })
+        .collect();
+    let scales = (0..rows * dim / 32).map(|_| 120 + (rng.next_u64() % 14) as u8).collect();
+    (codes, scales)
+}
+
+/// The table as a safetensors shard (with a filler tensor first, so the data does not start at the header) and in memory.
+fn shard(d: &std::path::Path, rows: usize, dim: usize, codes: &[u8], scales: &[u8]) -> (Checkpoint, TensorTable) {
+    let w = Tensor::from_bytes(DType::F8E4M3, &[rows, dim], codes).unwrap();
+    let s = Tensor::from_bytes(DType::F8E8M0, &[rows, dim / 32], scales).unwrap();
+    let filler = Tensor::from_f32(&[333], &vec![1.5; 333]).unwrap();
+    let path = d.join("model-00001-of-00001.safetensors");
+    write_file(&path, &[("a.filler", &filler), (&format!("{NAME}.weight"), &w), (&format!("{NAME}.scale"), &s)], None)
+        .unwrap();
+    (Checkpoint::open(&path).unwrap(), TensorTable::new(NAME, w, s).unwrap())
+}
+
+fn gather(t: &dyn EngramTable, ids: &[u64]) -> Vec<u16> {
+    let mut out = vec![bf16::ZERO; ids.len() * t.dim()];
+    t.gather(ids, &mut out).unwrap();
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn rows_through_the_store_equal_rows_read_directly() {
+    let d = dir();
+    let (rows, dim) = (1000, 256);
+    let (codes, scales) = random(rows, dim, 1);
+    let (ck, direct) = shard(d.path(), rows, dim, &codes, &scales);
+    let packed = d.path().join("table.engram");
+    write_packed(&packed, (rows as u64, dim), &codes, &scales).unwrap();
+    let mut rng = SplitMix64::new(2);
+    let mut ids: Vec<u64> = (0..300).map(|_| rng.next_u64() % rows as u64).collect();
+    ids.extend([0, rows as u64 - 1, 17, 17]);
+    let want = gather(&direct, &ids);
+    for mode in [IoMode::Mmap, IoMode::Direct] {
+        let s = FileTable::open_shards(&ck, NAME, (rows as u64, dim), mode).unwrap();
+        assert_eq!(gather(&s, &ids), want, "shards, {mode:?}");
+        let p = FileTable::open_packed(&packed, NAME, (rows as u64, dim), mode).unwrap();
+        assert_eq!(gather(&p, &ids), want, "packed, {mode:?}");
+        let mut out = vec![bf16::ZERO; dim];
+        let e = p.gather(&[rows as u64], &mut out).unwrap_err().to_string();
+        assert!(e.contains(NAME) && e.contains("out of range"), "{e}");
+    }
+}
+
+#[test]
+fn a_table_that_does_not_match_the_config_is_refused_naming_it() {
+    let d = dir();
+    let (rows, dim) = (64, 64);
+    let (codes, scales) = random(rows, dim, 3);
+    let (ck, _) = shard(d.path(), rows, dim, &codes, &scales);
+    let e = FileTable::open_shards(&ck, NAME, (65, dim), IoMode::Mmap).unwrap_err().to_string();
+    assert!(e.contains(NAME) && e.contains("[65, 64]"), "{e}");
+    let e = FileTable::open_shards(&ck, "layers.14.engram.embed", (64, 64), IoMode::Mmap).unwrap_err().to_string();
+    assert!(e.contains("layers.14.engram.embed.weight") && e.contains("missing shard"), "{e}");
+    let packed = d.path().join("t.engram");
+    write_packed(&packed, (rows as u64, dim), &codes, &scales).unwrap();
+    let e = FileTable::open_packed(&packed, NAME, (rows as u64, 128), IoMode::Direct).unwrap_err().to_string();
+    assert!(e.contains(NAME) && e.contains("64 rows × 64"), "{e}");
+    // A copy cut short by one byte is truncated.
+    let bytes = std::fs::read(&packed).unwrap();
+    std::fs::write(&packed, &bytes[..bytes.len() - 1]).unwrap();
+    for mode in [IoMode::Mmap, IoMode::Direct] {
+        let e = FileTable::open_packed(&packed, NAME, (rows as u64, dim), mode).unwrap_err().to_string();
+        assert!(e.contains(NAME) && e.contains("truncated"), "{mode:?}: {e}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn the_read_ahead_neither_reorders_nor_drops_a_row(seed in any::<u64>(), n in 1usize..12, depth in 1usize..4, threads in 1usize..4) {
+        let (rows, dim) = (200, 64);
+        let (codes, scales) = random(rows, dim, seed);
+        let w = Tensor::from_bytes(DType::F8E4M3, &[rows, dim], &codes).unwrap();
+        let s = Tensor::from_bytes(DType::F8E8M0, &[rows, dim / 32], &scales).unwrap();
+        let table: Arc<dyn EngramTable> = Arc::new(TensorTable::new(NAME, w, s).unwrap());
+        let mut rng = SplitMix64::new(seed ^ 7);
+        let chunks: Vec<Vec<u64>> = (0..n).map(|_| (0..rng.next_u64() % 40 + 1).map(|_| rng.next_u64() % rows as u64).collect()).collect();
+        let mut ra = ReadAhead::start(table.clone(), chunks.clone(), depth, threads);
+        for (i, ids) in chunks.iter().enumerate() {
+            let c = ra.next_chunk().unwrap();
+            prop_assert_eq!(c.chunk, i);
+            let mut got = vec![bf16::ZERO; ids.len() * dim];
+            c.gather(ids, &mut got).unwrap();
+            prop_assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), gather(table.as_ref(), ids));
+        }
+        prop_assert!(ra.next_chunk().is_err(), "no chunk past the last");
+        prop_assert_eq!(ra.waits().len(), n, "one wait recorded per chunk taken");
+    }
+}
+
+#[test]
+fn an_io_error_mid_prompt_fails_that_request_and_nothing_hangs() {
+    let d = dir();
+    let (rows, dim) = (512, 256);
+    let (codes, scales) = random(rows, dim, 9);
+    let packed = d.path().join("t.engram");
+    write_packed(&packed, (rows as u64, dim), &codes, &scales).unwrap();
+    let table = Arc::new(FileTable::open_packed(&packed, NAME, (rows as u64, dim), IoMode::Direct).unwrap());
+    // The disk loses the second half of the table after it was opened: reads there come back short.
+    let f = std::fs::OpenOptions::new().write(true).open(&packed).unwrap();
+    f.set_len(4096 + 264 * 256).unwrap();
+    let chunks = vec![vec![1, 2, 3], vec![4, 400], vec![5]];
+    let mut ra = ReadAhead::start(table.clone(), chunks, 2, 2);
+    assert!(ra.next_chunk().is_ok(), "the first chunk's rows are intact");
+    let e = ra.next_chunk().unwrap_err().to_string();
+    assert!(e.contains(NAME) && e.contains("short read"), "{e}");
+    assert!(ra.next_chunk().unwrap_err().to_string().contains("short read"), "later calls fail the same way");
+    drop(ra);
+    let mut out = vec![bf16::ZERO; dim];
+    table.gather(&[7], &mut out).unwrap();
+}
