@@ -35,7 +35,8 @@ pub fn run(args: &[String]) -> ExitCode {
     let r = match args.first().map(String::as_str) {
         Some("cpu") => cpu(&args[1..]),
         Some("gpu") => gpu(),
-        _ => return crate::usage_error("bench needs `cpu` or `gpu`"),
+        Some("engram") => crate::bench_engram::run(&args[1..]),
+        _ => return crate::usage_error("bench needs `cpu`, `gpu` or `engram`"),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! Developer tasks for TensorFold-rs, run as `cargo xtask <command>`.
 
 mod bench;
+mod bench_engram;
 mod lean_check;
 mod make_tiny;
 
@@ -11,7 +12,7 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 
 commands:
-  bench cpu [criterion args] | bench gpu
+  bench cpu [criterion args] | bench gpu | bench engram [--size-gb G ...]
       cpu: the matmul, qgemm and fp4 benchmarks; gpu: build gpu-carry/ and run (or explain) scripts/gpu-check.sh
   lean-check [--root DIR] [--update-baseline]
       check the lean rules (file length, one-line comments) against lean-baseline.txt

@@ -201,18 +201,34 @@ impl EngramTable for FileTable {
             let msg = format!("{} ids need {} outputs, got {}", ids.len(), ids.len() * dim, out.len());
             return Err(EngramError::BadTable { table: self.name.clone(), msg });
         }
-        let (mut codes, mut scales, mut buf) = (vec![0u8; dim], vec![0u8; sdim], AlignedBuf::default());
+        let (mut rec, mut buf, l) = (vec![0u8; dim + sdim], AlignedBuf::default(), self.layout);
+        // A packed row holds its scales right after its codes: one read instead of two.
+        let together = l.scales == l.codes + dim as u64 && l.scales_stride == l.codes_stride;
         for (&id, row) in ids.iter().zip(out.chunks_exact_mut(dim)) {
             if id >= self.rows {
                 return Err(EngramError::IdOutOfRange { table: self.name.clone(), id, rows: self.rows });
             }
-            let l = self.layout;
-            self.read(l.codes + id * l.codes_stride, &mut codes, &mut buf)?;
-            self.read(l.scales + id * l.scales_stride, &mut scales, &mut buf)?;
-            dequant_row(&codes, &scales, row);
+            let (codes, scales) = rec.split_at_mut(dim);
+            if together {
+                self.read(l.codes + id * l.codes_stride, &mut rec, &mut buf)?;
+            } else {
+                self.read(l.codes + id * l.codes_stride, codes, &mut buf)?;
+                self.read(l.scales + id * l.scales_stride, scales, &mut buf)?;
+            }
+            let (codes, scales) = rec.split_at(dim);
+            dequant_row(codes, scales, row);
         }
         Ok(())
     }
+}
+
+/// The packed format's header (magic, rows, dim, zero padding to the first row); rows of `dim + dim/32` bytes follow.
+pub fn packed_header(rows: u64, dim: usize) -> Vec<u8> {
+    let mut head = vec![0u8; PACKED_DATA as usize];
+    head[..8].copy_from_slice(MAGIC);
+    head[8..16].copy_from_slice(&rows.to_le_bytes());
+    head[16..24].copy_from_slice(&(dim as u64).to_le_bytes());
+    head
 }
 
 /// Writes `rows × dim` FP8 codes and `rows × dim/32` E8M0 scales as a packed table (one contiguous record per row).
@@ -224,11 +240,7 @@ pub fn write_packed(path: &Path, (rows, dim): (u64, usize), codes: &[u8], scales
         "write_packed: sizes disagree with {rows} × {dim}"
     );
     let mut f = std::io::BufWriter::new(File::create(path)?);
-    let mut head = vec![0u8; PACKED_DATA as usize];
-    head[..8].copy_from_slice(MAGIC);
-    head[8..16].copy_from_slice(&rows.to_le_bytes());
-    head[16..24].copy_from_slice(&(dim as u64).to_le_bytes());
-    f.write_all(&head)?;
+    f.write_all(&packed_header(rows, dim))?;
     for (c, s) in codes.chunks_exact(dim).zip(scales.chunks_exact(sdim)) {
         f.write_all(c)?;
         f.write_all(s)?;
