@@ -4,7 +4,7 @@ use tf_core::formats::{f16_bits_to_f32, to_bf16};
 use tf_core::ops::qgemm::{BlockScaledWeight, Fp8Weight, QuantActs, qgemm_bf16};
 use tf_core::{Checkpoint, Error, Result, bf16};
 use tf_exl3::Fp4Weight;
-use tf_exl3::exl3::{Exl3Weight, HAD, fwht_blocks};
+use tf_exl3::exl3::{Exl3Weight, HAD};
 
 /// The native formats: loadable by name, `x·Wᵀ` with FP8-quantized activations.
 pub trait Native: BlockScaledWeight + Sized {
@@ -37,23 +37,12 @@ impl Exl3Linear {
     /// `y = x·W_eff (+ bias)` in f32, the Hadamard steps as the format defines; padded inputs are zeros.
     pub fn forward_f32(&self, x: &[bf16], rows: usize) -> Vec<f32> {
         let (in_p, out_p) = (self.w.in_p, self.w.out_p);
-        let mut y = vec![0.0f32; rows * self.out];
-        let mut z = vec![0.0f32; out_p];
-        let mut xh = vec![0.0f32; in_p];
-        for (xr, yr) in x.chunks_exact(self.inp).zip(y.chunks_exact_mut(self.out)) {
-            xh.iter_mut().for_each(|v| *v = 0.0);
-            xh.iter_mut().zip(xr).zip(&self.w.suh).for_each(|((h, v), &s)| *h = v.to_f32() * f16_bits_to_f32(s));
-            fwht_blocks(&mut xh);
-            z.iter_mut().for_each(|v| *v = 0.0);
-            for (i, &a) in xh.iter().enumerate() {
-                z.iter_mut().zip(&self.q[i * out_p..(i + 1) * out_p]).for_each(|(o, w)| *o += a * w);
-            }
-            fwht_blocks(&mut z);
-            for (j, o) in yr.iter_mut().enumerate() {
-                *o = z[j] * f16_bits_to_f32(self.w.svh[j]) + self.w.bias.as_ref().map_or(0.0, |b| b[j]);
-            }
+        let mut xp = vec![0.0f32; rows * in_p];
+        for (d, s) in xp.chunks_exact_mut(in_p).zip(x.chunks_exact(self.inp)) {
+            d.iter_mut().zip(s).for_each(|(d, v)| *d = v.to_f32());
         }
-        y
+        let y = self.w.forward_q(&self.q, &xp, rows);
+        y.chunks_exact(out_p).flat_map(|r| r[..self.out].iter().copied()).collect()
     }
 }
 

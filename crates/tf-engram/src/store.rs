@@ -1,6 +1,6 @@
 //! Engram tables read from disk (issue 7): DeepSeek's shards located by the index, or our packed file; mmap or O_DIRECT.
 
-use crate::table::{EngramTable, SCALE_BLOCK, dequant_row};
+use crate::table::{EngramTable, SCALE_BLOCK, check_gather, dequant_row};
 use crate::{EngramError, Result};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -196,18 +196,12 @@ impl EngramTable for FileTable {
     }
 
     fn gather(&self, ids: &[u64], out: &mut [bf16]) -> Result<()> {
+        check_gather(self, ids, out)?;
         let (dim, sdim) = (self.dim, self.dim / SCALE_BLOCK);
-        if out.len() != ids.len() * dim {
-            let msg = format!("{} ids need {} outputs, got {}", ids.len(), ids.len() * dim, out.len());
-            return Err(EngramError::BadTable { table: self.name.clone(), msg });
-        }
         let (mut rec, mut buf, l) = (vec![0u8; dim + sdim], AlignedBuf::default(), self.layout);
         // A packed row holds its scales right after its codes: one read instead of two.
         let together = l.scales == l.codes + dim as u64 && l.scales_stride == l.codes_stride;
         for (&id, row) in ids.iter().zip(out.chunks_exact_mut(dim)) {
-            if id >= self.rows {
-                return Err(EngramError::IdOutOfRange { table: self.name.clone(), id, rows: self.rows });
-            }
             let (codes, scales) = rec.split_at_mut(dim);
             if together {
                 self.read(l.codes + id * l.codes_stride, &mut rec, &mut buf)?;

@@ -17,6 +17,18 @@ pub trait EngramTable: Send + Sync {
     fn gather(&self, ids: &[u64], out: &mut [bf16]) -> Result<()>;
 }
 
+/// A gather's arguments against its table: `out` holds `ids.len()` rows and every id is a row; errors name the table.
+pub(crate) fn check_gather(t: &dyn EngramTable, ids: &[u64], out: &[bf16]) -> Result<()> {
+    if out.len() != ids.len() * t.dim() {
+        let msg = format!("{} ids need {} outputs, got {}", ids.len(), ids.len() * t.dim(), out.len());
+        return Err(EngramError::BadTable { table: t.name().to_string(), msg });
+    }
+    if let Some(&id) = ids.iter().find(|&&id| id >= t.rows()) {
+        return Err(EngramError::IdOutOfRange { table: t.name().to_string(), id, rows: t.rows() });
+    }
+    Ok(())
+}
+
 /// One stored row to bf16: `e4m3 · 2^(scale − 127)` in f32, rounded to nearest even, as the reference does.
 pub fn dequant_row(codes: &[u8], scales: &[u8], out: &mut [bf16]) {
     debug_assert_eq!(codes.len(), out.len());
@@ -83,14 +95,8 @@ impl EngramTable for TensorTable {
     }
 
     fn gather(&self, ids: &[u64], out: &mut [bf16]) -> Result<()> {
+        check_gather(self, ids, out)?;
         let dim = self.dim;
-        if out.len() != ids.len() * dim {
-            let msg = format!("{} ids need {} outputs, got {}", ids.len(), ids.len() * dim, out.len());
-            return Err(EngramError::BadTable { table: self.name.clone(), msg });
-        }
-        if let Some(&id) = ids.iter().find(|&&id| id >= self.rows) {
-            return Err(EngramError::IdOutOfRange { table: self.name.clone(), id, rows: self.rows });
-        }
         let (codes, scales, sdim) = (self.weight.bytes(), self.scale.bytes(), dim / SCALE_BLOCK);
         for (&id, out) in ids.iter().zip(out.chunks_exact_mut(dim)) {
             let r = id as usize;

@@ -142,8 +142,20 @@ impl Exl3Weight {
 
     /// `y = x·W_eff (+ bias)` for `rows` rows of `in_p` f32, as the kernels order it: Hadamard in, `·Q`, Hadamard out.
     pub fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        self.forward_q(&self.decode_q().into_iter().map(f16_bits_to_f32).collect::<Vec<f32>>(), x, rows)
+    }
+
+    /// [`Exl3Weight::forward`] with `Q` already decoded (as f32, `[in_p][out_p]`), for callers that keep it.
+    pub fn forward_q(&self, q: &[f32], x: &[f32], rows: usize) -> Vec<f32> {
         assert_eq!(x.len(), rows * self.in_p, "x holds {} values, expected {rows}×{}", x.len(), self.in_p);
-        let q: Vec<f32> = self.decode_q().into_iter().map(f16_bits_to_f32).collect();
+        assert_eq!(
+            q.len(),
+            self.in_p * self.out_p,
+            "Q holds {} values, expected {}×{}",
+            q.len(),
+            self.in_p,
+            self.out_p
+        );
         let mut y = vec![0.0f32; rows * self.out_p];
         for (xr, yr) in x.chunks_exact(self.in_p).zip(y.chunks_exact_mut(self.out_p)) {
             let mut xh: Vec<f32> = xr.iter().zip(&self.suh).map(|(v, &s)| v * f16_bits_to_f32(s)).collect();
