@@ -1,16 +1,17 @@
 //! The Engram module (dsv41 §10.2): gathered n-gram rows → `wkv` → per-stream signed-sqrt gate on a shared value.
 
 use crate::qlinear::QLinear;
+use std::sync::Arc;
 use tf_core::formats::to_bf16;
 use tf_core::ops::qgemm::Fp8Weight;
 use tf_core::{Checkpoint, Error, Result, bf16};
-use tf_engram::{EngramTable, TensorTable};
+use tf_engram::{ChunkRows, EngramTable, FileTable, IoMode, TensorTable};
 
 use crate::linear::Dense;
 
 /// One Engram layer: its table, `wkv`, and the folded `q_weight ⊙ k_weight`.
 pub struct EngramGate {
-    pub table: Box<dyn EngramTable>,
+    pub table: Arc<dyn EngramTable>,
     pub wkv: QLinear<Fp8Weight>,
     /// `q_weight · k_weight` in f32, `[hc × dim]`: the reference only ever uses the product.
     pub weight: Vec<f32>,
@@ -25,26 +26,48 @@ impl std::fmt::Debug for EngramGate {
 }
 
 impl EngramGate {
-    pub fn load(ck: &Checkpoint, prefix: &str, hc: usize, dim: usize, cols: usize) -> Result<EngramGate> {
+    /// `io`: read the table from disk in this mode, refused unless it holds (rows, dim); `None`: the mapped tensor.
+    pub fn load(
+        ck: &Checkpoint,
+        prefix: &str,
+        (hc, dim, cols): (usize, usize, usize),
+        io: Option<(IoMode, u64, usize)>,
+    ) -> Result<EngramGate> {
         let p = format!("{prefix}engram.");
-        let table = TensorTable::open(ck, &format!("{p}embed")).map_err(|e| Error::Invalid(e.to_string()))?;
+        let name = format!("{p}embed");
+        let table: Arc<dyn EngramTable> = match io {
+            None => Arc::new(TensorTable::open(ck, &name).map_err(|e| Error::Invalid(e.to_string()))?),
+            Some((mode, rows, tdim)) => Arc::new(
+                FileTable::open_shards(ck, &name, (rows, tdim), mode).map_err(|e| Error::Invalid(e.to_string()))?,
+            ),
+        };
         let wkv = QLinear::load(ck, &format!("{p}wkv"), dim * (hc + 1), cols * table.dim())?;
         let q = Dense::load(ck, &format!("{p}q_weight"), hc, dim)?.w;
         let k = Dense::load(ck, &format!("{p}k_weight"), hc, dim)?.w;
         let weight = q.iter().zip(&k).map(|(a, b)| a * b).collect();
-        Ok(EngramGate { table: Box::new(table), wkv, weight, hc, dim })
+        Ok(EngramGate { table, wkv, weight, hc, dim })
     }
 
     /// Adds the gated value to every stream of each row; `live[r] == false` (image tokens) shuts the gate.
-    pub fn forward(&self, x: &mut [bf16], ids: &[&[u64]], live: Option<&[bool]>, eps: f32) -> Result<()> {
+    pub fn forward(
+        &self,
+        x: &mut [bf16],
+        ids: &[&[u64]],
+        live: Option<&[bool]>,
+        eps: f32,
+        ahead: Option<&ChunkRows>,
+    ) -> Result<()> {
         let (hc, dim) = (self.hc, self.dim);
         let rows = ids.len();
         let width = ids[0].len() * self.table.dim();
         let mut e = vec![bf16::ZERO; rows * width];
         for (r, row_ids) in ids.iter().enumerate() {
-            self.table
-                .gather(row_ids, &mut e[r * width..(r + 1) * width])
-                .map_err(|err| Error::Invalid(err.to_string()))?;
+            let out = &mut e[r * width..(r + 1) * width];
+            // Rows fetched ahead serve this call; rows from earlier chunks (the replay pass) come from the table.
+            let got = ahead.map_or(Err(()), |a| a.gather(row_ids, out).map_err(|_| ()));
+            if got.is_err() {
+                self.table.gather(row_ids, out).map_err(|err| Error::Invalid(err.to_string()))?;
+            }
         }
         let kv = self.wkv.forward(&e, rows);
         gate_rows(x, &kv, &self.weight, (hc, dim), live, eps);

@@ -107,7 +107,8 @@ fn dspark_drafts_are_deterministic_and_follow_the_ring() {
 fn stale_index_key_quirk_is_a_switch_that_only_moves_open_group_decode_steps() {
     let p = prompt(40);
     let run = |stale: bool| {
-        let opts = Options { replay: false, quirks: tf_dsv41::attn::Quirks { stale_index_keys: stale } };
+        let opts =
+            Options { replay: false, quirks: tf_dsv41::attn::Quirks { stale_index_keys: stale }, ..Options::default() };
         let m = Model::load(tiny_dir(), opts).unwrap();
         let mut st = m.new_state();
         let first = m.prefill(&mut st, &p, true).unwrap().unwrap();

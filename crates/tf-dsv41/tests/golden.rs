@@ -42,7 +42,7 @@ fn top5(v: &[f32]) -> Vec<u32> {
 fn compare(name: &str, quirks: Quirks, dir: &Path) -> Vec<RowCmp> {
     let (json, logits) = fixture(name);
     let vocab = json["logits"]["shape"][1].as_u64().unwrap() as usize;
-    let model = Model::load(dir, Options { replay: false, quirks }).unwrap();
+    let model = Model::load(dir, Options { replay: false, quirks, ..Options::default() }).unwrap();
     let mut out = Vec::new();
     for (pi, p) in json["prompts"].as_array().unwrap().iter().enumerate() {
         let ids: Vec<u32> = p["prompt"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();

@@ -50,7 +50,9 @@ fn compare(dir: &Path) -> (Vec<RowCmp>, usize) {
     let (json, logits) = fixture(NAME);
     let vocab = json["draft_logits"]["shape"][1].as_u64().unwrap() as usize;
     let (main, _) = fixture("tiny_seed0_owner_keys");
-    let model = Model::load(dir, Options { replay: false, quirks: Quirks { stale_index_keys: false } }).unwrap();
+    let model =
+        Model::load(dir, Options { replay: false, quirks: Quirks { stale_index_keys: false }, ..Options::default() })
+            .unwrap();
     let (mut out, mut skipped) = (Vec::new(), 0);
     for (pi, p) in json["prompts"].as_array().unwrap().iter().enumerate() {
         let prompt = ids(&p["prompt"]);

@@ -81,6 +81,7 @@ impl GpuModel {
                 run_compressor: true,
                 quirks: cpu.opts.quirks,
                 engram_ids,
+                engram_rows: None,
             };
             if b.engram.is_some() {
                 let mut gs = self.up_streams(&s)?;

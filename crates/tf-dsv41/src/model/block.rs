@@ -50,17 +50,27 @@ pub struct BlockCall<'a> {
     pub run_compressor: bool,
     pub quirks: Quirks,
     pub engram_ids: Option<&'a [Vec<u64>]>,
+    /// This call's rows of this layer's table, fetched ahead ([`crate::model::Prefetch`]); ids it lacks come from the table.
+    pub engram_rows: Option<&'a tf_engram::ChunkRows>,
 }
 
 impl Block {
-    pub fn load(ck: &Checkpoint, cfg: &Config, role: &LayerRole, engram_cols: usize) -> Result<Block> {
+    pub fn load(
+        ck: &Checkpoint,
+        cfg: &Config,
+        role: &LayerRole,
+        engram_cols: usize,
+        engram_io: Option<tf_engram::IoMode>,
+    ) -> Result<Block> {
         let l = role.layer;
         let prefix = if role.is_dspark { format!("mtp.{}.", l - cfg.n_layers) } else { format!("layers.{l}.") };
         let (experts, topk) = cfg.moe_config(l);
         let shape = MoeShape { dim: cfg.dim, inter: cfg.moe_inter_dim, experts, topk };
         let hc = cfg.hc_mult;
         let engram = if !role.is_dspark && cfg.engram_layer_ids.contains(&l) {
-            Some(EngramGate::load(ck, &prefix, hc, cfg.dim, engram_cols)?)
+            let k = cfg.engram_layer_ids.iter().position(|&e| e == l).expect("an engram layer");
+            let io = engram_io.map(|mode| (mode, cfg.engram_num_embeddings[k], cfg.engram_head_dim));
+            Some(EngramGate::load(ck, &prefix, (hc, cfg.dim, engram_cols), io)?)
         } else {
             None
         };
@@ -85,7 +95,7 @@ impl Block {
     pub fn apply_engram(&self, s: &mut Streams, call: &BlockCall<'_>) -> Result<()> {
         if let (Some(g), Some(ids)) = (&self.engram, call.engram_ids) {
             let refs: Vec<&[u64]> = ids.iter().map(Vec::as_slice).collect();
-            g.forward(&mut s.x, &refs, None, call.cfg.norm_eps)?;
+            g.forward(&mut s.x, &refs, None, call.cfg.norm_eps, call.engram_rows)?;
         }
         Ok(())
     }

@@ -96,6 +96,7 @@ impl Model {
                 run_compressor: false,
                 quirks: self.opts.quirks,
                 engram_ids: None,
+                engram_rows: None,
             };
             stage.forward(&mut s, &call, st, &mut shared);
         }

@@ -5,6 +5,7 @@ use crate::attn::Shared;
 use crate::linear::rms_norm_rows;
 use crate::state::{ReplayRows, SeqState};
 use tf_core::{Error, Result, bf16};
+use tf_engram::ChunkRows;
 
 impl Model {
     /// Embeds tokens into `hc` equal streams with the one-hot pre-mix of layer 0.
@@ -43,18 +44,15 @@ impl Model {
         s: &mut Streams,
         st: &mut SeqState,
         pos0: usize,
-        ids: &[Vec<Vec<u64>>],
+        (ids, ahead): (&[Vec<Vec<u64>>], &[ChunkRows]),
         replay_pass: bool,
     ) -> Result<Vec<Vec<bf16>>> {
         let mut shared = Shared::default();
         let mut taps = Vec::new();
         for (i, b) in blocks.iter().enumerate() {
-            let engram_ids = self
-                .hasher
-                .as_ref()
-                .and_then(|h| h.layout().layer_index(b.role.layer))
-                .and_then(|k| ids.get(k))
-                .map(Vec::as_slice);
+            let k = self.hasher.as_ref().and_then(|h| h.layout().layer_index(b.role.layer));
+            let engram_ids = k.and_then(|k| ids.get(k)).map(Vec::as_slice);
+            let engram_rows = k.and_then(|k| ahead.get(k));
             let call = BlockCall {
                 cfg: &self.cfg,
                 rope: self.rope(b.role.rope),
@@ -62,6 +60,7 @@ impl Model {
                 run_compressor: !(replay_pass && i == 0),
                 quirks: self.opts.quirks,
                 engram_ids,
+                engram_rows,
             };
             b.apply_engram(s, &call)?;
             if self.dspark.is_some() && self.cfg.dspark_target_layer_ids.contains(&b.role.layer) {
@@ -83,6 +82,17 @@ impl Model {
 
     /// Feeds one prompt chunk; on the `last` chunk returns the logits of the prompt's final row.
     pub fn prefill(&self, st: &mut SeqState, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>> {
+        self.prefill_with(st, tokens, last, &[])
+    }
+
+    /// As [`Model::prefill`], with this chunk's Engram rows (per engram layer) already fetched.
+    pub(crate) fn prefill_with(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        last: bool,
+        ahead: &[ChunkRows],
+    ) -> Result<Option<Vec<f32>>> {
         if tokens.is_empty() {
             return Err(Error::Invalid("prefill of an empty chunk".into()));
         }
@@ -91,12 +101,12 @@ impl Model {
         let mut s = self.embed_rows(tokens)?;
         let split = self.cfg.n_layers / 2;
         if !self.opts.replay {
-            let taps = self.run_blocks(&self.blocks, &mut s, st, pos0, &ids, false)?;
+            let taps = self.run_blocks(&self.blocks, &mut s, st, pos0, (&ids, ahead), false)?;
             self.seed_draft_rings(st, pos0, &taps, tokens.len());
             st.pos += tokens.len();
             return Ok(last.then(|| self.logits(&last_row(&s))).map(|mut l| l.remove(0)));
         }
-        self.run_blocks(&self.blocks[..split], &mut s, st, pos0, &ids, false)?;
+        self.run_blocks(&self.blocks[..split], &mut s, st, pos0, (&ids, ahead), false)?;
         let b = &self.blocks[split];
         if b.role.is_kv_source {
             let a_in = b.attn_input(&s, &self.cfg);
@@ -113,7 +123,7 @@ impl Model {
             *floor = buf.pos0;
         }
         let mut s = Streams { x: buf.x, pre: buf.pre };
-        let taps = self.run_blocks(&self.blocks[split..], &mut s, st, buf.pos0, &buf.engram_ids, true)?;
+        let taps = self.run_blocks(&self.blocks[split..], &mut s, st, buf.pos0, (&buf.engram_ids, ahead), true)?;
         self.seed_draft_rings(st, buf.pos0, &taps, s.pre.len());
         Ok(Some(self.logits(&last_row(&s)).remove(0)))
     }
@@ -149,7 +159,7 @@ impl Model {
         let pos0 = st.pos;
         let ids = self.engram_ids(st, tokens)?;
         let mut s = self.embed_rows(tokens)?;
-        let taps = self.run_blocks(&self.blocks, &mut s, st, pos0, &ids, false)?;
+        let taps = self.run_blocks(&self.blocks, &mut s, st, pos0, (&ids, &[]), false)?;
         self.seed_draft_rings(st, pos0, &taps, tokens.len());
         st.pos += tokens.len();
         Ok(self.logits(&s))

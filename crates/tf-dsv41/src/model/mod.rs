@@ -3,9 +3,11 @@
 mod block;
 mod dspark;
 mod forward;
+mod prefetch;
 
 pub use block::{Block, BlockCall, Streams};
 pub use dspark::{DSparkHeads, Drafts};
+pub use prefetch::Prefetch;
 
 use crate::attn::Quirks;
 use crate::config::{Config, RopeKind, roles};
@@ -24,11 +26,13 @@ pub struct Options {
     /// CED bounded replay (§7): decoder layers see only the last `window_size` prompt rows.
     pub replay: bool,
     pub quirks: Quirks,
+    /// Engram rows from the mapped tensors (`None`) or from the shards through `tf_engram::FileTable` in this mode.
+    pub engram_io: Option<tf_engram::IoMode>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { replay: true, quirks: Quirks::default() }
+        Options { replay: true, quirks: Quirks::default(), engram_io: None }
     }
 }
 
@@ -101,10 +105,15 @@ impl Model {
         };
         let cols = hasher.as_ref().map_or(0, |h| h.layout().cols());
         let all = roles(&cfg);
-        let blocks = all[..cfg.n_layers].iter().map(|r| Block::load(ck, &cfg, r, cols)).collect::<Result<Vec<_>>>()?;
+        let blocks = all[..cfg.n_layers]
+            .iter()
+            .map(|r| Block::load(ck, &cfg, r, cols, opts.engram_io))
+            .collect::<Result<Vec<_>>>()?;
         let dspark = if cfg.n_mtp_layers > 0 && cfg.dspark_block_size > 0 {
-            let stages =
-                all[cfg.n_layers..].iter().map(|r| Block::load(ck, &cfg, r, cols)).collect::<Result<Vec<_>>>()?;
+            let stages = all[cfg.n_layers..]
+                .iter()
+                .map(|r| Block::load(ck, &cfg, r, cols, opts.engram_io))
+                .collect::<Result<Vec<_>>>()?;
             Some(DSparkHeads::load(ck, &cfg, stages)?)
         } else {
             None

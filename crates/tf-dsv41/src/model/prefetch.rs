@@ -1,0 +1,72 @@
+//! Engram read-ahead for a prompt (issue 7): every chunk's rows fetched on background threads before the forward.
+
+use super::{Model, SeqState};
+use std::collections::VecDeque;
+use tf_core::{Error, Result};
+use tf_engram::{ChunkRows, ReadAhead};
+
+/// A prompt's Engram rows in flight: one reader per Engram layer, and the chunk lengths they were cut for.
+pub struct Prefetch {
+    readers: Vec<ReadAhead>,
+    lens: VecDeque<usize>,
+}
+
+impl Prefetch {
+    /// How long each taken chunk waited for the disk, per Engram layer.
+    pub fn waits(&self) -> Vec<&[std::time::Duration]> {
+        self.readers.iter().map(ReadAhead::waits).collect()
+    }
+}
+
+impl Model {
+    /// Hashes the prompt from `st`'s history (unchanged) and fetches its `chunk`-token chunks `depth` ahead; `None` without Engram.
+    pub fn prefetch(
+        &self,
+        st: &SeqState,
+        prompt: &[u32],
+        chunk: usize,
+        (depth, threads): (usize, usize),
+    ) -> Result<Option<Prefetch>> {
+        let (Some(h), Some(hist)) = (&self.hasher, st.engram.as_ref()) else { return Ok(None) };
+        if chunk == 0 || prompt.is_empty() {
+            return Err(Error::Invalid("prefetch needs a chunk size and a prompt".into()));
+        }
+        let mut hist = hist.clone();
+        let ids = h.hash_tokens(&mut hist, prompt, None).map_err(|e| Error::Invalid(format!("engram: {e}")))?;
+        let mut readers = Vec::new();
+        for b in self.blocks.iter().filter(|b| b.engram.is_some()) {
+            let k = h.layout().layer_index(b.role.layer).expect("engram blocks have a hash layer");
+            let chunks: Vec<Vec<u64>> = (0..prompt.len())
+                .step_by(chunk)
+                .map(|s| (s..(s + chunk).min(prompt.len())).flat_map(|t| ids.at(k, t).to_vec()).collect())
+                .collect();
+            let table = b.engram.as_ref().expect("filtered").table.clone();
+            readers.push((k, ReadAhead::start(table, chunks, depth, threads)));
+        }
+        readers.sort_by_key(|(k, _)| *k);
+        let lens = (0..prompt.len()).step_by(chunk).map(|s| chunk.min(prompt.len() - s)).collect();
+        Ok(Some(Prefetch { readers: readers.into_iter().map(|(_, r)| r).collect(), lens }))
+    }
+
+    /// [`Model::prefill`] of the next chunk of a prefetched prompt: its Engram rows come from the read-ahead.
+    pub fn prefill_prefetched(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        last: bool,
+        pf: &mut Prefetch,
+    ) -> Result<Option<Vec<f32>>> {
+        if pf.lens.front() != Some(&tokens.len()) {
+            let msg = format!("prefetched chunks are {:?} tokens, this chunk is {}", pf.lens.front(), tokens.len());
+            return Err(Error::Invalid(msg));
+        }
+        pf.lens.pop_front();
+        let ahead: Vec<ChunkRows> = pf
+            .readers
+            .iter_mut()
+            .map(ReadAhead::next_chunk)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        self.prefill_with(st, tokens, last, &ahead)
+    }
+}
