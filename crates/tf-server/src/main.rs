@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_server::generate;
 
-const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--host H] [--port P] [--api-key K] [--no-replay] [--max-lanes N]
+const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--host H] [--port P] [--api-key K] [--no-replay] [--max-lanes N]
          [--max-queue N] [--max-queued-tokens N] [--max-active-tokens N] [--prefill-chunk N]
          [--admission fifo|short-first] [--prefix-block N] [--prefix-cache-tokens N (0: off)]
        tf inspect PATH [--filter TEXT]
@@ -110,6 +110,14 @@ fn serve(args: &[String]) -> ExitCode {
             "--prefix-block" => num(value()).map(|n| cfg.limits.prefix_block = n),
             "--prefix-cache-tokens" => num(value()).map(|n| cfg.limits.prefix_cache_tokens = n),
             "--admission" => value().and_then(|v| v.parse()).map(|p| cfg.limits.admission = p),
+            "--engram-io" => value()
+                .and_then(|v| match v.as_str() {
+                    "mapped" => Ok(None),
+                    "mmap" => Ok(Some(tf_engram::IoMode::Mmap)),
+                    "direct" => Ok(Some(tf_engram::IoMode::Direct)),
+                    _ => Err(format!("--engram-io: `{v}` is not mapped, mmap or direct")),
+                })
+                .map(|m| cfg.engram_io = m),
             "--no-replay" => {
                 cfg.replay = false;
                 Ok(())

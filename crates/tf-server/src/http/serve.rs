@@ -16,6 +16,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub replay: bool,
     pub device: Device,
+    /// Engram rows from the mapped checkpoint (`None`) or read from its shards in this mode (`--engram-io`).
+    pub engram_io: Option<tf_engram::IoMode>,
 }
 
 /// Where the model runs: the CPU reference, or one NVIDIA GPU by ordinal.
@@ -50,6 +52,7 @@ impl Default for ServeConfig {
             api_key: None,
             limits: Limits::default(),
             replay: true,
+            engram_io: None,
             device: Device::Cpu,
         }
     }
@@ -76,9 +79,8 @@ pub fn ensure_default_model(dir: &Path) -> Result<(), String> {
 }
 
 /// Loads tokenizer and model from a checkpoint directory and starts its lane host.
-pub fn load_engine(dir: &Path, limits: Limits, replay: bool, device: Device) -> Result<Engine, String> {
+pub fn load_engine(dir: &Path, limits: Limits, opts: tf_dsv41::Options, device: Device) -> Result<Engine, String> {
     let tok = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| e.to_string())?;
-    let opts = tf_dsv41::Options { replay, ..tf_dsv41::Options::default() };
     let (host, bos) = match device {
         Device::Cpu => {
             let model = load_dsv41(dir, opts)?;
@@ -104,8 +106,14 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
     let loader = state.clone();
     let default = cfg.model_dir.is_none();
     tokio::task::spawn_blocking(move || {
-        let loaded = (if default { ensure_default_model(&dir) } else { Ok(()) })
-            .and_then(|()| load_engine(&dir, cfg.limits, cfg.replay, cfg.device));
+        let loaded = (if default { ensure_default_model(&dir) } else { Ok(()) }).and_then(|()| {
+            load_engine(
+                &dir,
+                cfg.limits,
+                tf_dsv41::Options { replay: cfg.replay, engram_io: cfg.engram_io, ..tf_dsv41::Options::default() },
+                cfg.device,
+            )
+        });
         match loaded {
             Ok(e) => {
                 let _ = loader.engine.set(e);
