@@ -1,24 +1,8 @@
 // Sparse single-KV-head attention with a sink, in the CPU reference's order of operations (attn/sparse.rs `attend`).
-#include <cuda_bf16.h>
-
-// NVRTC has no <math.h> INFINITY.
-#define F32_INF __int_as_float(0x7f800000)
 
 // Keys per online-softmax block; the partition fixes where probabilities are rounded to bf16.
 #define BLOCK 64
 #define ROW_MASK 0x0FFFFFFF
-
-__device__ __forceinline__ float bf16_to_f32(unsigned short b) { return __uint_as_float((unsigned int)b << 16); }
-
-// Round to nearest even, NaN kept quiet with its sign, exactly as tf_core's f32_to_bf16_bits.
-__device__ __forceinline__ unsigned short f32_to_bf16(float x) {
-    const unsigned int bits = __float_as_uint(x);
-    if (x != x) return (unsigned short)((bits >> 16) | 0x0040);
-    return (unsigned short)((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-}
-
-// exp through double so the f32 result is (nearly always) the correctly rounded one the host libm returns.
-__device__ __forceinline__ float exp_rn(float x) { return (float)exp((double)x); }
 
 // A key id's row, or null when the id is empty, names an unknown source, or a row past that source's end.
 __device__ __forceinline__ const unsigned short* resolve(int id, const unsigned short* chunk, int chunk_rows,
@@ -42,12 +26,12 @@ __device__ float dot_seq(const float* __restrict__ q, const unsigned short* __re
             const uint4 v = k4[c];
             const unsigned int w[4] = {v.x, v.y, v.z, v.w};
             for (int i = 0; i < 4; ++i) {
-                acc += q[8 * c + 2 * i] * bf16_to_f32((unsigned short)(w[i] & 0xFFFF));
-                acc += q[8 * c + 2 * i + 1] * bf16_to_f32((unsigned short)(w[i] >> 16));
+                acc += q[8 * c + 2 * i] * widen((unsigned short)(w[i] & 0xFFFF));
+                acc += q[8 * c + 2 * i + 1] * widen((unsigned short)(w[i] >> 16));
             }
         }
     } else {
-        for (int c = 0; c < d; ++c) acc += q[c] * bf16_to_f32(k[c]);
+        for (int c = 0; c < d; ++c) acc += q[c] * widen(k[c]);
     }
     return acc;
 }
@@ -71,7 +55,7 @@ extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, con
     __shared__ float sum_exp;
 
     const unsigned short* qrow = q + ((size_t)r * heads + h) * d;
-    for (int c = tid; c < d; c += nt) qf[c] = bf16_to_f32(qrow[c]);
+    for (int c = tid; c < d; c += nt) qf[c] = widen(qrow[c]);
     for (int j = tid; j < L; j += nt) {
         const int id = j < w ? window[(size_t)r * w + j] : sel[(size_t)r * s + (j - w)];
         keys[j] = resolve(id, chunk, rows, ring, w, latents, latent_rows, d);
@@ -116,7 +100,7 @@ extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, con
     }
     __syncthreads();
     // Probabilities enter p·v rounded to bf16; this pass runs after the psum above has read them unrounded.
-    for (int j = tid; j < L; j += nt) p[j] = bf16_to_f32(f32_to_bf16(p[j]));
+    for (int j = tid; j < L; j += nt) p[j] = widen(bf16_rne(p[j]));
     __syncthreads();
 
     unsigned short* orow = out + ((size_t)r * heads + h) * d;
@@ -125,10 +109,10 @@ extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, con
         for (int b = 0; b < nblk; ++b) {
             float pv = 0.0f;
             for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) {
-                if (keys[j]) pv += p[j] * bf16_to_f32(keys[j][c]);
+                if (keys[j]) pv += p[j] * widen(keys[j][c]);
             }
             acc = acc * rescale[b] + pv;
         }
-        orow[c] = f32_to_bf16(acc / sum_exp);
+        orow[c] = bf16_rne(acc / sum_exp);
     }
 }

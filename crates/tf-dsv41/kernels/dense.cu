@@ -1,21 +1,10 @@
 // Dense x·Wᵀ of the dsv41 forward in the CPU's exact summation orders, so GPU and CPU agree bit for bit.
-#include <cuda_bf16.h>
 
 // Threads per block; a thread owns one accumulator lane of one output for up to DENSE_ROWS rows.
 #define DENSE_THREADS 256
 #define DENSE_ROWS 8
 
-typedef unsigned short bf16_bits;
-
-__device__ __forceinline__ float widen(bf16_bits v) { return __uint_as_float((unsigned)v << 16); }
 __device__ __forceinline__ float widen(float v) { return v; }
-
-// f32 → bf16 as tf_core::formats::to_bf16: round to nearest even, a NaN keeps its sign and payload and turns quiet.
-__device__ __forceinline__ bf16_bits bf16_rne(float x) {
-    const unsigned b = __float_as_uint(x);
-    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (bf16_bits)((b >> 16) | 0x40u);
-    return (bf16_bits)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-}
 
 __device__ __forceinline__ void store(float* y, float v) { *y = v; }
 __device__ __forceinline__ void store(bf16_bits* y, float v) { *y = bf16_rne(v); }

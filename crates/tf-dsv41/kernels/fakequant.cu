@@ -1,20 +1,8 @@
 // Fake quantization of bf16 activations in place (quantize, dequantize, round to bf16): bit-exact to tf_core's qdq_fp8_pow2 and qdq_fp4, by the same integer and IEEE steps as crates/tf-core/src/formats (quant, e8m0, minifloat).
-#include <cuda_bf16.h>
-
-typedef unsigned short bf16_bits;
 
 #define QDQ_WARPS 8
 #define E4M3_MAX 448.0f
 #define E2M1_MAX 6.0f
-
-__device__ __forceinline__ float widen(bf16_bits v) { return __uint_as_float((unsigned)v << 16); }
-
-// f32 → bf16 as tf_core::formats::to_bf16: round to nearest even, a NaN keeps its sign and payload and turns quiet.
-__device__ __forceinline__ bf16_bits bf16_rne(float x) {
-    const unsigned b = __float_as_uint(x);
-    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (bf16_bits)((b >> 16) | 0x40u);
-    return (bf16_bits)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-}
 
 __device__ __forceinline__ float pow2(int e) { return __uint_as_float((unsigned)(127 + e) << 23); }
 

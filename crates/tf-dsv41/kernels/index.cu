@@ -1,24 +1,9 @@
 // The lightning indexer (attn/index.rs): bf16 ReLU scores over the visible groups, the candidate mask, top-k selection.
-#include <cuda_bf16.h>
-
-// NVRTC has no <math.h> INFINITY.
-#define F32_INF __int_as_float(0x7f800000)
 
 #define FULL_MASK 0xFFFFFFFFu
 // `key_id(KeySource::Latent, 0)`: the selection's ids name rows of the compressed latents.
 #define LATENT_ID (2 << 28)
 #define KEY_NONE (-1)
-
-__device__ __forceinline__ float bf16_to_f32(unsigned short b) { return __uint_as_float((unsigned int)b << 16); }
-
-// Round to nearest even, NaN kept quiet with its sign, exactly as tf_core's f32_to_bf16_bits.
-__device__ __forceinline__ unsigned short f32_to_bf16(float x) {
-    const unsigned int bits = __float_as_uint(x);
-    if (x != x) return (unsigned short)((bits >> 16) | 0x0040);
-    return (unsigned short)((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-}
-
-__device__ __forceinline__ float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 // Groups row `r` sees: the CPU's `(pos + 1) / ratio` at position pos0 + r.
 __device__ __forceinline__ int visible(int pos0, int r, int ratio) { return (pos0 + r + 1) / ratio; }
@@ -32,8 +17,8 @@ extern "C" __global__ void index_scores(const unsigned short* __restrict__ q, co
     float* qf = reinterpret_cast<float*>(smem);
     float* wr = qf + (size_t)heads * hd;
     const unsigned short* qrow = q + (size_t)r * heads * hd;
-    for (int i = tid; i < heads * hd; i += blockDim.x) qf[i] = bf16_to_f32(qrow[i]);
-    for (int h = tid; h < heads; h += blockDim.x) wr[h] = round_bf16(bf16_to_f32(w[(size_t)r * heads + h]) * c);
+    for (int i = tid; i < heads * hd; i += blockDim.x) qf[i] = widen(qrow[i]);
+    for (int h = tid; h < heads; h += blockDim.x) wr[h] = round_bf16(widen(w[(size_t)r * heads + h]) * c);
     __syncthreads();
     const int t = blockIdx.y * blockDim.x + tid;
     if (t >= cap) return;
@@ -49,7 +34,7 @@ extern "C" __global__ void index_scores(const unsigned short* __restrict__ q, co
             const float* qh = qf + (size_t)h * hd;
             // One sequential f32 sum from -0.0 per head, as Rust's `sum` over the zipped products.
             float dot = -0.0f;
-            for (int i = 0; i < hd; ++i) dot += qh[i] * bf16_to_f32(k[i]);
+            for (int i = 0; i < hd; ++i) dot += qh[i] * widen(k[i]);
             total += round_bf16(fmaxf(round_bf16(dot), 0.0f) * wr[h]);
         }
         v = round_bf16(total);

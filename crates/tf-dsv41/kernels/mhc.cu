@@ -1,14 +1,7 @@
 // Manifold-constrained hyper-connections (dsv41 §8) as crates/tf-dsv41/src/mhc.rs computes them: mixes, collapse, expand.
-#include <cuda_bf16.h>
 
 // hc is 4 in every dsv41 model; local arrays need a bound, the launcher checks it.
 #define MHC_MAX_HC 8
-
-__device__ __forceinline__ float bf16_in(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
-__device__ __forceinline__ unsigned short bf16_out(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
-
-// exp rounded once from double: the host's correctly rounded expf in all but astronomically rare cases.
-__device__ __forceinline__ float exp_rn(float x) { return (float)exp((double)x); }
 
 // The CPU's sigmoid: 1 / (1 + exp(-x)).
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + exp_rn(-x)); }
@@ -32,7 +25,7 @@ extern "C" __global__ void hc_sinkhorn(float* __restrict__ mix, const unsigned s
     float* m = mix + (size_t)r * (2 + hc) * hc;
     const unsigned short* xr = x + (size_t)r * width;
     float ss = -0.0f;
-    for (int i = 0; i < width; ++i) ss += bf16_in(xr[i]) * bf16_in(xr[i]);
+    for (int i = 0; i < width; ++i) ss += widen(xr[i]) * widen(xr[i]);
     const float rsqrt = 1.0f / sqrtf(ss / (float)width + norm_eps);
     for (int k = 0; k < (2 + hc) * hc; ++k) m[k] = m[k] * rsqrt;
     float pre[MHC_MAX_HC], post[MHC_MAX_HC], c[MHC_MAX_HC * MHC_MAX_HC];
@@ -72,8 +65,8 @@ extern "C" __global__ void hc_pre(const unsigned short* __restrict__ x, const fl
     const float* pre = mix + (size_t)blockIdx.x * (2 + hc) * hc;
     const unsigned short* xr = x + (size_t)blockIdx.x * hc * dim + c;
     float s = -0.0f;
-    for (int i = 0; i < hc; ++i) s += pre[i] * bf16_in(xr[(size_t)i * dim]);
-    y[(size_t)blockIdx.x * dim + c] = bf16_out(s);
+    for (int i = 0; i < hc; ++i) s += pre[i] * widen(xr[(size_t)i * dim]);
+    y[(size_t)blockIdx.x * dim + c] = bf16_rne(s);
 }
 
 // Grid (rows, ⌈dim/threads⌉): out[r, j, c] = bf16(post_j · f[r, c] + Σ_i comb[i][j] · x[r, i, c]), sums in stream order.
@@ -85,11 +78,11 @@ extern "C" __global__ void hc_post(const unsigned short* __restrict__ f, const u
     const float* comb = post + hc;
     const size_t at = (size_t)blockIdx.x * hc * dim + c;
     float xv[MHC_MAX_HC];
-    for (int i = 0; i < hc; ++i) xv[i] = bf16_in(x[at + (size_t)i * dim]);
-    const float y = bf16_in(f[(size_t)blockIdx.x * dim + c]);
+    for (int i = 0; i < hc; ++i) xv[i] = widen(x[at + (size_t)i * dim]);
+    const float y = widen(f[(size_t)blockIdx.x * dim + c]);
     for (int j = 0; j < hc; ++j) {
         float mixed = -0.0f;
         for (int i = 0; i < hc; ++i) mixed += comb[i * hc + j] * xv[i];
-        out[at + (size_t)j * dim] = bf16_out(post[j] * y + mixed);
+        out[at + (size_t)j * dim] = bf16_rne(post[j] * y + mixed);
     }
 }

@@ -1,15 +1,6 @@
 // MoE pieces (dsv41 §9) as crates/tf-dsv41/src/moe.rs computes them: routing, the SwiGLU between the GEMVs, the sum.
-#include <cuda_bf16.h>
 
 #define ROUTE_THREADS 256
-
-// exp and log1p rounded once from double: the host's correctly rounded expf/log1pf in all but vanishingly rare cases.
-__device__ __forceinline__ float exp_rn(float x) { return (float)exp((double)x); }
-__device__ __forceinline__ float log1p_rn(float x) { return (float)log1p((double)x); }
-
-__device__ __forceinline__ unsigned short bf16_out(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
-// An f32 GEMV output as the CPU's linears return it: rounded to bf16, then widened back.
-__device__ __forceinline__ float via_bf16(float v) { return __uint_as_float((unsigned)bf16_out(v) << 16); }
 
 // f32::total_cmp's key: comparing these as signed ints orders floats as Rust's total order does (−0 below +0).
 __device__ __forceinline__ int total_key(float v) {
@@ -60,7 +51,7 @@ extern "C" __global__ void moe_swiglu(const float* __restrict__ g, const float* 
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= inter) return;
     const size_t at = (size_t)blockIdx.x * inter + c;
-    float gv = via_bf16(g[at]), uv = via_bf16(u[at]);
+    float gv = round_bf16(g[at]), uv = round_bf16(u[at]);
     if (limit > 0.0f) {
         uv = uv < -limit ? -limit : uv;
         uv = uv > limit ? limit : uv;
@@ -68,7 +59,7 @@ extern "C" __global__ void moe_swiglu(const float* __restrict__ g, const float* 
     }
     float h = gv / (1.0f + exp_rn(-gv)) * uv;
     if (has_weights) h *= weights[blockIdx.x];
-    out[at] = bf16_out(h);
+    out[at] = bf16_rne(h);
 }
 
 // Grid (rows, ⌈dim/threads⌉); dynamic shared memory of topk words. y = bf16(Σ bf16(down) over the row's picks in ascending expert id, from +0.0, + bf16(shared)): Moe::forward walks experts in index order.
@@ -87,6 +78,6 @@ extern "C" __global__ void moe_combine(const float* __restrict__ down, const int
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= dim) return;
     float a = 0.0f;
-    for (int k = 0; k < topk; ++k) a += via_bf16(down[((size_t)blockIdx.x * topk + order[k]) * dim + c]);
-    y[(size_t)blockIdx.x * dim + c] = bf16_out(a + via_bf16(shared[(size_t)blockIdx.x * dim + c]));
+    for (int k = 0; k < topk; ++k) a += round_bf16(down[((size_t)blockIdx.x * topk + order[k]) * dim + c]);
+    y[(size_t)blockIdx.x * dim + c] = bf16_rne(a + round_bf16(shared[(size_t)blockIdx.x * dim + c]));
 }

@@ -1,16 +1,4 @@
 // Interleaved RoPE of bf16 heads in place, as attn::rope_bf16 with Rope::apply: f32 math in the CPU's op order, bf16 out.
-#include <cuda_bf16.h>
-
-typedef unsigned short bf16_bits;
-
-__device__ __forceinline__ float widen(bf16_bits v) { return __uint_as_float((unsigned)v << 16); }
-
-// f32 → bf16 as tf_core::formats::to_bf16: round to nearest even, a NaN keeps its sign and payload and turns quiet.
-__device__ __forceinline__ bf16_bits bf16_rne(float x) {
-    const unsigned b = __float_as_uint(x);
-    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (bf16_bits)((b >> 16) | 0x40u);
-    return (bf16_bits)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-}
 
 // Grid-stride over pairs (row, head, i): channels d−rd+2i and d−rd+2i+1 of the head turn by row's (cos, sin) cs[row][i]. Each product and sum is its own IEEE op (a·c − b·s, a·s + b·c), as Rust evaluates them; inverse negates s first.
 extern "C" __global__ void rope(bf16_bits* __restrict__ x, const float* __restrict__ cs, int rows, int heads, int d,

@@ -1,5 +1,4 @@
 // Row moves of the dsv41 forward: the embedding gather into hc equal streams, and row scatters into ring slots.
-#include <cuda_bf16.h>
 
 // Grid: one block per row. Each of the hc streams gets the token's bf16 embedding row unchanged.
 extern "C" __global__ void embed_rows(const int* __restrict__ ids, const unsigned short* __restrict__ table,

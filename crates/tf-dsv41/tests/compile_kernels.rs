@@ -18,9 +18,10 @@ fn every_kernel_file_is_listed() {
     let files = tf_cuda::kernels::cu_names(&kernels_dir()).unwrap();
     let listed: Vec<String> = KERNELS.iter().map(|k| k.name.to_string()).collect();
     assert_eq!(files, listed, "tf_dsv41::cuda::kernels::KERNELS must list every kernels/*.cu, in name order");
+    let common = std::fs::read_to_string(kernels_dir().join("common.cuh")).unwrap();
     for k in KERNELS {
         let on_disk = std::fs::read_to_string(kernels_dir().join(format!("{}.cu", k.name))).unwrap();
-        assert_eq!(k.source, on_disk, "{}: the embedded source is the file", k.name);
+        assert_eq!(k.source, common.clone() + &on_disk, "{}: the embedded source is common.cuh then the file", k.name);
     }
 }
 
