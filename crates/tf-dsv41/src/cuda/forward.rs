@@ -29,6 +29,8 @@ impl GpuModel {
     ) -> Result<()> {
         let mut shared = Shared::default();
         let first = range.start;
+        // The RoPE tables depend only on the rows' positions: built and uploaded once per call, not per layer.
+        let mut call = self.call(pos0, s.rows, true).map_err(cuda)?;
         for b in &self.blocks[range] {
             let engram_ids = self
                 .cpu
@@ -38,7 +40,7 @@ impl GpuModel {
                 .and_then(|k| ids.get(k))
                 .map(Vec::as_slice);
             self.apply_engram(b, s, engram_ids)?;
-            let call = self.call(pos0, s.rows, !(replay_pass && b.role.layer == first)).map_err(cuda)?;
+            call.run_compressor = !(replay_pass && b.role.layer == first);
             self.block(b, s, &call, lane, &mut shared).map_err(cuda)?;
         }
         Ok(())
