@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tf_core::rng::SplitMix64;
-use tf_engram::{EngramTable, FileTable, IoMode, ReadAhead, packed_header};
+use tf_engram::{AlignedBuf, EngramTable, FileTable, IoMode, ReadAhead, packed_header};
 
 const USAGE: &str = "usage: cargo xtask bench engram [--dir D] [--size-gb G] [--prompt N] [--chunk N] [--prefill-tps R] [--threads T] [--depth K]";
 /// Bytes per packed row: 256 FP8 codes and 8 E8M0 scales.
@@ -99,11 +99,11 @@ fn disk_rates(path: &Path, threads: usize) -> Result<(f64, f64), String> {
         std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path).map_err(|e| e.to_string())?,
     );
     let len = f.metadata().map_err(|e| e.to_string())?.len();
-    let mut buf = AlignedVec::new(1 << 20);
+    let mut buf = AlignedBuf::default();
     let (seq_bytes, t) = ((len / 2).min(2 << 30) / (1 << 20) * (1 << 20), Instant::now());
     let mut off = 0;
     while off < seq_bytes {
-        f.read_exact_at(buf.slice(), off).map_err(|e| e.to_string())?;
+        f.read_exact_at(buf.get(1 << 20), off).map_err(|e| e.to_string())?;
         off += 1 << 20;
     }
     let seq = seq_bytes as f64 / t.elapsed().as_secs_f64() / 1e6;
@@ -113,31 +113,15 @@ fn disk_rates(path: &Path, threads: usize) -> Result<(f64, f64), String> {
         for th in 0..threads.max(1) {
             let f = f.clone();
             s.spawn(move || {
-                let (mut rng, mut b) = (SplitMix64::new(th as u64 + 9), AlignedVec::new(4096));
+                let (mut rng, mut b) = (SplitMix64::new(th as u64 + 9), AlignedBuf::default());
                 for _ in 0..per {
                     let page = rng.next_u64() % (len / 4096 - 1);
-                    let _ = f.read_exact_at(b.slice(), page * 4096);
+                    let _ = f.read_exact_at(b.get(4096), page * 4096);
                 }
             });
         }
     });
     Ok((seq, (per * threads.max(1)) as f64 / t.elapsed().as_secs_f64()))
-}
-
-/// A 4096-aligned buffer for direct reads.
-struct AlignedVec {
-    v: Vec<u8>,
-    len: usize,
-}
-
-impl AlignedVec {
-    fn new(len: usize) -> AlignedVec {
-        AlignedVec { v: vec![0u8; len + 4096], len }
-    }
-    fn slice(&mut self) -> &mut [u8] {
-        let skip = self.v.as_ptr().align_offset(4096);
-        &mut self.v[skip..skip + self.len]
-    }
 }
 
 /// Random ids per chunk (Engram hashes are uniform over the rows), `IDS_PER_TOKEN` per token.

@@ -17,6 +17,6 @@ pub use history::{DEAD, DEFAULT_MAX_ROLLBACK, NgramHistory};
 pub use layout::{EngramConfig, EngramLayout};
 pub use multipliers::{Multipliers, multipliers};
 pub use readahead::{ChunkRows, ReadAhead};
-pub use store::{FileTable, IoMode, packed_header, write_packed};
+pub use store::{AlignedBuf, FileTable, IoMode, packed_header, write_packed};
 pub use table::{EngramTable, SCALE_BLOCK, TensorTable, dequant_row};
 pub use token_map::{DEEPSEEK_V4_CLASSES, DEEPSEEK_V4_TOKEN_MAP, DEEPSEEK_V4_VOCAB, TokenMap};

@@ -172,7 +172,7 @@ pub struct AlignedBuf {
 
 impl AlignedBuf {
     /// `len` bytes starting at an [`ALIGN`]-aligned address.
-    fn get(&mut self, len: usize) -> &mut [u8] {
+    pub fn get(&mut self, len: usize) -> &mut [u8] {
         let a = ALIGN as usize;
         if self.data.len() < len + a {
             self.data = vec![0u8; len + a];
