@@ -37,7 +37,7 @@ impl GpuModel {
         let mut kv = self.norm(&a.wkv.forward(gpu, &xq)?, &a.kv_norm, rows, d)?;
         ops::rope(gpu, &mut kv.view_mut(), &cs.view(), (rows, 1, d, rd), false)?;
         ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)?;
-        let sel = self.selection(a, role, x, &qr, call, lane, shared)?;
+        let sel = self.selection(a, role, x, &qr, call, lane, shared)?.map(|k| &shared.sel[&k]);
         let owner = role.kv_owner.unwrap_or(role.layer);
         let floor = lane.window_floor[role.layer];
         let window = gpu.upload(&window_ids(call.pos0, rows, w, floor))?;
@@ -69,7 +69,7 @@ impl GpuModel {
         a.wo_b.forward(gpu, &Acts::quantize(gpu, &u, rows, cfg.o_groups * cfg.o_lora_rank)?)
     }
 
-    /// Each row's selected compressed groups (`[rows, index_topk]` key ids), or `None` for window-only layers.
+    /// The layer whose selection (`[rows, index_topk]` key ids in `shared.sel`) this layer uses; `None` for window-only layers.
     #[allow(clippy::too_many_arguments)]
     fn selection(
         &self,
@@ -80,7 +80,7 @@ impl GpuModel {
         call: &Call,
         lane: &mut GpuLane,
         shared: &mut Shared,
-    ) -> Result<Option<Buf>, Error> {
+    ) -> Result<Option<usize>, Error> {
         if role.mode == AttnMode::Swa {
             return Ok(None);
         }
@@ -90,8 +90,8 @@ impl GpuModel {
         }
         if !role.is_index_source {
             let owner = role.sel_owner.expect("compressed layers have a selection owner");
-            let sel = shared.sel.get(&owner).expect("the selection owner runs earlier in the same forward");
-            return Ok(Some(super::lane::dup(self.gpu, sel, sel.len())?));
+            assert!(shared.sel.contains_key(&owner), "the selection owner runs earlier in the same forward");
+            return Ok(Some(owner));
         }
         let mut key_owner = role.kv_owner.expect("compressed layers have a KV owner");
         if role.is_kv_source && (emitted > 0 || !call.run_compressor) {
@@ -100,8 +100,8 @@ impl GpuModel {
             key_owner = lane.last_key_publisher.unwrap_or(key_owner);
         }
         let sel = self.select(a, role, x, qr, call, lane, key_owner, shared)?;
-        shared.sel.insert(role.layer, super::lane::dup(self.gpu, &sel, sel.len())?);
-        Ok(Some(sel))
+        shared.sel.insert(role.layer, sel);
+        Ok(Some(role.layer))
     }
 
     /// The lightning indexer: scores against the key owner's index keys, candidates, top-k as latent key ids.

@@ -40,10 +40,10 @@ pub struct GpuLane {
     pub replay: Option<GReplay>,
 }
 
-/// A new buffer holding the first `bytes` of `src`.
-pub fn dup(gpu: &'static Gpu, src: &Buf, bytes: usize) -> Result<Buf, Error> {
+/// A device copy of `src`.
+pub fn dup(gpu: &'static Gpu, src: &Buf) -> Result<Buf, Error> {
     let mut out = gpu.pool().take(src.len())?;
-    copy(gpu, src, 0, &mut out, 0, bytes)?;
+    copy(gpu, src, 0, &mut out, 0, src.len())?;
     Ok(out)
 }
 
@@ -94,11 +94,11 @@ impl GCache {
     fn fork(&self, gpu: &'static Gpu) -> Result<GCache, Error> {
         Ok(GCache {
             ratio: self.ratio,
-            open_kv: dup(gpu, &self.open_kv, self.open_kv.len())?,
-            open_gate: dup(gpu, &self.open_gate, self.open_gate.len())?,
+            open_kv: dup(gpu, &self.open_kv)?,
+            open_gate: dup(gpu, &self.open_gate)?,
             open_n: self.open_n,
-            latents: dup(gpu, &self.latents, self.latents.len())?,
-            index_k: self.index_k.as_ref().map(|k| dup(gpu, k, k.len())).transpose()?,
+            latents: dup(gpu, &self.latents)?,
+            index_k: self.index_k.as_ref().map(|k| dup(gpu, k)).transpose()?,
             groups: self.groups,
             cap: self.cap,
         })
@@ -112,15 +112,15 @@ impl GpuLane {
             Some(r) => Some(GReplay {
                 pos0: r.pos0,
                 rows: r.rows,
-                x: dup(gpu, &r.x, r.x.len())?,
-                mix: dup(gpu, &r.mix, r.mix.len())?,
+                x: dup(gpu, &r.x)?,
+                mix: dup(gpu, &r.mix)?,
                 engram_ids: r.engram_ids.clone(),
             }),
             None => None,
         };
         Ok(GpuLane {
             pos: self.pos,
-            windows: self.windows.iter().map(|w| dup(gpu, w, w.len())).collect::<Result<_, _>>()?,
+            windows: self.windows.iter().map(|w| dup(gpu, w)).collect::<Result<_, _>>()?,
             window_floor: self.window_floor.clone(),
             compressed: self
                 .compressed
