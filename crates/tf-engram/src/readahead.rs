@@ -114,33 +114,25 @@ impl ReadAhead {
 
     /// The next chunk's rows, in order; blocks (and counts the wait) only when the disk is behind. After an error every later call returns it again: the request fails, nothing hangs.
     pub fn next_chunk(&mut self) -> Result<ChunkRows> {
-        if let Some(msg) = &self.failed {
-            return Err(EngramError::BadTable { table: "read-ahead".into(), msg: msg.clone() });
+        let ended = |msg: String| EngramError::BadTable { table: "read-ahead".into(), msg };
+        if self.failed.is_none() && self.next >= self.chunks {
+            return Err(ended(format!("all {} chunks were already taken", self.chunks)));
         }
-        if self.next >= self.chunks {
-            return Err(EngramError::BadTable {
-                table: "read-ahead".into(),
-                msg: format!("all {} chunks were already taken", self.chunks),
-            });
+        if self.failed.is_none() {
+            let t = Instant::now();
+            let got = self.rx.as_ref().expect("present until drop").recv();
+            self.waits.push(t.elapsed());
+            match got {
+                Ok(Ok(c)) if c.chunk == self.next => {
+                    self.next += 1;
+                    return Ok(c);
+                }
+                Ok(Ok(c)) => self.failed = Some(format!("chunk {} arrived when {} was due", c.chunk, self.next)),
+                Ok(Err(e)) => self.failed = Some(e.to_string()),
+                Err(_) => self.failed = Some(format!("the reader stopped before chunk {}", self.next)),
+            }
         }
-        let t = Instant::now();
-        let got = self.rx.as_ref().expect("present until drop").recv();
-        self.waits.push(t.elapsed());
-        let r = got.unwrap_or_else(|_| {
-            Err(EngramError::BadTable {
-                table: "read-ahead".into(),
-                msg: format!("the reader stopped before chunk {}", self.next),
-            })
-        });
-        match &r {
-            Ok(c) if c.chunk == self.next => self.next += 1,
-            Ok(c) => self.failed = Some(format!("chunk {} arrived when {} was due", c.chunk, self.next)),
-            Err(e) => self.failed = Some(e.to_string()),
-        }
-        if let Some(msg) = &self.failed {
-            return Err(EngramError::BadTable { table: "read-ahead".into(), msg: msg.clone() });
-        }
-        r
+        Err(ended(self.failed.clone().expect("set on every path that gets here")))
     }
 
     /// How long each `next_chunk` call waited, in order.
