@@ -123,7 +123,7 @@ impl GpuModel {
         let ratio = role.ratio;
         let cap = (call.pos0 + rows) / ratio;
         if cap == 0 {
-            if self.cpu.blocks[role.layer].attn.is_candidate_source {
+            if role.is_candidate_source {
                 shared.candidates = Some((gpu.pool().take(1)?, ratio));
             }
             return gpu.upload(&vec![ops::KEY_NONE; rows * topk]);
@@ -147,17 +147,16 @@ impl GpuModel {
             (call.pos0, ratio),
             c,
         )?;
-        let attn = &self.cpu.blocks[role.layer].attn;
-        if attn.is_candidate_source {
+        if role.is_candidate_source {
             let mut mask = gpu.pool().take(rows * cap)?;
             let cands = ops::Candidates::Make {
                 mask: &mut mask.view_mut(),
-                blocks: attn.candidate_blocks,
-                block: attn.candidate_block,
+                blocks: cfg.candidate_topk_blocks,
+                block: cfg.candidate_block_size,
             };
             ops::index_select(gpu, &scores.view(), cands, &mut sel.view_mut(), (rows, cap, topk), (call.pos0, ratio))?;
             shared.candidates = Some((mask, ratio));
-        } else if attn.uses_candidates {
+        } else if role.uses_candidates {
             let (mask, src_ratio) =
                 shared.candidates.as_ref().expect("the candidate source runs earlier in the same forward");
             let cands = ops::Candidates::Use { mask: &mask.view(), ratio: *src_ratio };
@@ -227,7 +226,7 @@ impl GpuModel {
         let latents = self.norm(&pooled, &c.norm, groups, d)?;
         let first = cache.groups;
         let positions: Vec<usize> = (first..first + groups).map(|g| g * ratio).collect();
-        let cs = gpu.upload(&ops::rope_table(self.cpu.rope(role.rope), &positions))?;
+        let cs = gpu.upload(&ops::rope_table(self.rope(role.rope), &positions))?;
         let rd = cfg.rope_head_dim;
         let need = first + groups;
         let old_cap = cache.cap;

@@ -11,7 +11,7 @@ fn cuda(e: tf_cuda::Error) -> Error {
 impl GpuModel {
     /// Engram ids of `tokens` per engram layer and row, advancing the lane's n-gram history.
     fn engram_ids(&self, lane: &mut GpuLane, tokens: &[u32]) -> Result<Vec<Vec<Vec<u64>>>> {
-        let (Some(h), Some(hist)) = (&self.cpu.hasher, lane.engram.as_mut()) else { return Ok(Vec::new()) };
+        let (Some(h), Some(hist)) = (self.hasher(), lane.engram.as_mut()) else { return Ok(Vec::new()) };
         let ids = h.hash_tokens(hist, tokens, None).map_err(|e| Error::Invalid(format!("engram: {e}")))?;
         let n = h.layout().n_layers();
         Ok((0..n).map(|l| (0..tokens.len()).map(|t| ids.at(l, t).to_vec()).collect()).collect())
@@ -33,9 +33,7 @@ impl GpuModel {
         let mut call = self.call(pos0, s.rows, true).map_err(cuda)?;
         for b in &self.blocks[range] {
             let engram_ids = self
-                .cpu
-                .hasher
-                .as_ref()
+                .hasher()
                 .and_then(|h| h.layout().layer_index(b.role.layer))
                 .and_then(|k| ids.get(k))
                 .map(Vec::as_slice);

@@ -96,6 +96,10 @@ pub struct GMoe {
     pub w2: Experts4,
     pub w3: Experts4,
     pub shared: [Lin8; 3],
+    pub topk: usize,
+    pub route_scale: f32,
+    pub norm_topk: bool,
+    pub limit: f32,
 }
 
 impl GMoe {
@@ -111,6 +115,10 @@ impl GMoe {
                 Lin8::upload(gpu, &m.shared.w2)?,
                 Lin8::upload(gpu, &m.shared.w3)?,
             ],
+            topk: m.topk,
+            route_scale: m.route_scale,
+            norm_topk: m.norm_topk,
+            limit: m.limit,
         })
     }
 }

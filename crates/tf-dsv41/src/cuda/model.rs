@@ -6,14 +6,17 @@ use super::ops::{self, Io};
 use super::weights::{Acts, Buf, Mat, upload_bf16};
 use crate::config::{Config, RopeKind};
 use crate::model::{Model, Options};
+use crate::rope::Rope;
 use std::collections::HashMap;
 use std::path::Path;
 use tf_cuda::{Error, Gpu};
 
-/// A loaded model on a GPU; the CPU model stays for config, tokenizer-side tables and the Engram tables.
+/// A model on a GPU; a loaded one keeps its CPU model for the Engram tables, the hasher and the probe.
 pub struct GpuModel {
     pub gpu: &'static Gpu,
-    pub cpu: Model,
+    pub cfg: Config,
+    pub ropes: [Rope; 2],
+    pub cpu: Option<Model>,
     pub blocks: Vec<GBlock>,
     pub embed: Buf,
     pub norm: Buf,
@@ -75,11 +78,24 @@ impl GpuModel {
         let norm = upload_bf16(gpu, &cpu.norm)?;
         let head = Mat::upload(gpu, &cpu.head)?;
         gpu.sync("uploading the model")?;
-        Ok(GpuModel { gpu, opts: cpu.opts, blocks, embed, norm, head, cpu })
+        let ropes = [Rope::new(&cpu.cfg, RopeKind::Plain), Rope::new(&cpu.cfg, RopeKind::Yarn)];
+        Ok(GpuModel { gpu, cfg: cpu.cfg.clone(), ropes, opts: cpu.opts, blocks, embed, norm, head, cpu: Some(cpu) })
     }
 
     pub fn cfg(&self) -> &Config {
-        &self.cpu.cfg
+        &self.cfg
+    }
+
+    pub(crate) fn rope(&self, kind: RopeKind) -> &Rope {
+        match kind {
+            RopeKind::Plain => &self.ropes[0],
+            RopeKind::Yarn => &self.ropes[1],
+        }
+    }
+
+    /// The Engram hasher of a loaded model with Engram layers.
+    pub(crate) fn hasher(&self) -> Option<&tf_engram::NgramHasher> {
+        self.cpu.as_ref().and_then(|m| m.hasher.as_ref())
     }
 
     /// A fresh sequence with its rings and caches on the GPU.
@@ -87,9 +103,10 @@ impl GpuModel {
         let cfg = self.cfg();
         let layers = cfg.n_layers;
         let mut compressed = Vec::with_capacity(layers);
-        for b in &self.cpu.blocks {
+        for b in &self.blocks {
             compressed.push(if b.role.is_kv_source {
-                let index_dim = b.attn.index_keys.as_ref().map(|_| cfg.index_head_dim);
+                let index_dim =
+                    b.attn.compressor.as_ref().and_then(|c| c.index_wk.as_ref()).map(|_| cfg.index_head_dim);
                 Some(GCache::new(self.gpu, b.role.ratio, cfg.head_dim, index_dim)?)
             } else {
                 None
@@ -102,7 +119,7 @@ impl GpuModel {
             window_floor: vec![0; layers],
             compressed,
             last_key_publisher: None,
-            engram: self.cpu.hasher.as_ref().map(tf_engram::NgramHasher::history),
+            engram: self.hasher().map(tf_engram::NgramHasher::history),
             replay: None,
         })
     }
@@ -110,7 +127,7 @@ impl GpuModel {
     /// The call context of `rows` rows from `pos0`: RoPE tables of their positions.
     pub(crate) fn call(&self, pos0: usize, rows: usize, run_compressor: bool) -> Result<Call, Error> {
         let positions: Vec<usize> = (pos0..pos0 + rows).collect();
-        let table = |k| self.gpu.upload(&ops::rope_table(self.cpu.rope(k), &positions));
+        let table = |k| self.gpu.upload(&ops::rope_table(self.rope(k), &positions));
         Ok(Call { pos0, rows, tables: [table(RopeKind::Plain)?, table(RopeKind::Yarn)?], run_compressor })
     }
 
@@ -161,7 +178,8 @@ impl GpuModel {
 
     /// Adds this layer's Engram to the streams: rows gathered on the host, projected and gated on the GPU.
     pub(crate) fn apply_engram(&self, b: &GBlock, s: &mut GStreams, ids: Option<&[Vec<u64>]>) -> tf_core::Result<()> {
-        let (Some(g), Some(ids), Some(cpu)) = (&b.engram, ids, &self.cpu.blocks[b.role.layer].engram) else {
+        let cpu = self.cpu.as_ref().and_then(|m| m.blocks[b.role.layer].engram.as_ref());
+        let (Some(g), Some(ids), Some(cpu)) = (&b.engram, ids, cpu) else {
             return Ok(());
         };
         let cfg = self.cfg();
@@ -207,7 +225,7 @@ impl GpuModel {
         let mix_f = self.mixes(&b.hc_ffn, &x, rows)?;
         let mut f_pre = gpu.pool().take(rows * dim * 2)?;
         ops::hc_pre(gpu, &x.view(), &mix_a.view(), &mut f_pre.view_mut(), (rows, hc, dim))?;
-        let f = self.moe(&b.ffn, b.role.layer, &self.norm(&f_pre, &b.ffn_norm, rows, dim)?, rows)?;
+        let f = self.moe(&b.ffn, &self.norm(&f_pre, &b.ffn_norm, rows, dim)?, rows)?;
         ops::hc_post(gpu, &f.view(), &x.view(), &mix_f.view(), &mut s.x.view_mut(), (rows, hc, dim))?;
         s.mix = mix_f;
         Ok(())

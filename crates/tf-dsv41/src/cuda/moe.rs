@@ -25,10 +25,9 @@ fn routed(
 
 impl GpuModel {
     /// The MoE of `rows` normed bf16 rows; bf16 `[rows, dim]`.
-    pub(crate) fn moe(&self, m: &GMoe, layer: usize, x: &Buf, rows: usize) -> Result<Buf, Error> {
+    pub(crate) fn moe(&self, m: &GMoe, x: &Buf, rows: usize) -> Result<Buf, Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
-        let cpu = &self.cpu.blocks[layer].ffn;
-        let (dim, inter, topk, experts) = (cfg.dim, cfg.moe_inter_dim, cpu.topk, cpu.experts.len());
+        let (dim, inter, topk, experts) = (cfg.dim, cfg.moe_inter_dim, m.topk, m.w1.w.len());
         let logits = m.gate.forward(gpu, x, Io::Bf16, Io::F32, rows, 1)?;
         let (mut ids, mut wts) = (gpu.pool().take(rows * topk * 4)?, gpu.pool().take(rows * topk * 4)?);
         ops::route(
@@ -38,8 +37,8 @@ impl GpuModel {
             &mut ids.view_mut(),
             &mut wts.view_mut(),
             (rows, experts, topk),
-            cpu.norm_topk,
-            cpu.route_scale,
+            m.norm_topk,
+            m.route_scale,
         )?;
         let xq = Acts::quantize(gpu, x, rows, dim)?;
         let pairs = rows * topk;
@@ -47,13 +46,13 @@ impl GpuModel {
         let g = routed(gpu, &m.w1, &ids, &xq, per_token, pairs)?;
         let u = routed(gpu, &m.w3, &ids, &xq, per_token, pairs)?;
         let mut h = gpu.pool().take(pairs * inter * 2)?;
-        ops::swiglu(gpu, &g.view(), &u.view(), Some(&wts.view()), &mut h.view_mut(), (pairs, inter), cpu.limit)?;
+        ops::swiglu(gpu, &g.view(), &u.view(), Some(&wts.view()), &mut h.view_mut(), (pairs, inter), m.limit)?;
         let down = routed(gpu, &m.w2, &ids, &Acts::quantize(gpu, &h, pairs, inter)?, RoutedActs::PerPair, pairs)?;
         let [s1, s2, s3] = &m.shared;
         let (sg, su) = (s1.forward_f32(gpu, &xq)?, s3.forward_f32(gpu, &xq)?);
         let sinter = s1.n;
         let mut sh = gpu.pool().take(rows * sinter * 2)?;
-        ops::swiglu(gpu, &sg.view(), &su.view(), None, &mut sh.view_mut(), (rows, sinter), cpu.limit)?;
+        ops::swiglu(gpu, &sg.view(), &su.view(), None, &mut sh.view_mut(), (rows, sinter), m.limit)?;
         let sd = s2.forward_f32(gpu, &Acts::quantize(gpu, &sh, rows, sinter)?)?;
         let mut y = gpu.pool().take(rows * dim * 2)?;
         ops::moe_combine(gpu, &down.view(), &ids.view(), &sd.view(), &mut y.view_mut(), (rows, topk, dim))?;

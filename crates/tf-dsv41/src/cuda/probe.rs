@@ -59,7 +59,10 @@ impl GpuModel {
     /// One prompt chunk at position 0 without replay: every step of every block, the GPU from the CPU's inputs.
     pub fn probe(&self, tokens: &[u32]) -> Result<Vec<ProbeRow>> {
         let cfg = self.cfg().clone();
-        let cpu = &self.cpu;
+        let cpu = self
+            .cpu
+            .as_ref()
+            .ok_or_else(|| tf_core::Error::Invalid("the probe needs a model loaded from a checkpoint".into()))?;
         let (hc, dim, eps, rows) = (cfg.hc_mult, cfg.dim, cfg.norm_eps, tokens.len());
         let (iters, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.hc_eps);
         let mut st = cpu.new_state();
@@ -120,7 +123,7 @@ impl GpuModel {
             let f = b.ffn.forward(&normed, rows);
             row(
                 format!("L{l} moe"),
-                self.down(&self.moe(&gb.ffn, l, &self.up(&normed)?, rows).map_err(cuda)?)?,
+                self.down(&self.moe(&gb.ffn, &self.up(&normed)?, rows).map_err(cuda)?)?,
                 &f32s(&f),
             );
             let mix_f = b.hc_ffn.mixes(&x, rows, hc, iters, eps, hc_eps);
