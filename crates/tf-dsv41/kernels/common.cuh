@@ -18,6 +18,41 @@ __device__ __forceinline__ bf16_bits bf16_rne(float x) {
 // An f32 result as the CPU's bf16 tensors hold it: rounded to bf16, then widened back.
 __device__ __forceinline__ float round_bf16(float x) { return widen(bf16_rne(x)); }
 
-// exp and log1p rounded once from double: the host libm's correctly rounded results in all but vanishingly rare cases.
-__device__ __forceinline__ float exp_rn(float x) { return (float)exp((double)x); }
-__device__ __forceinline__ float log1p_rn(float x) { return (float)log1p((double)x); }
+// tf_core::ops::math::exp step for step (f64 Taylor of degree 11 after k = round(x·log2 e)); libm's expf differs.
+__device__ float exp_rn(float x) {
+    if (x != x) return x;
+    if (x > 89.0f) return F32_INF;
+    if (x < -110.0f) return 0.0f;
+    const double xd = (double)x;
+    const double k = round(xd * 1.4426950408889634);
+    const double r = xd - k * 0.6931471805599453;
+    double p = 1.0;
+    for (int n = 11; n >= 1; --n) p = 1.0 + r / (double)n * p;
+    return (float)(p * __longlong_as_double((long long)(k + 1023.0) << 52));
+}
+
+// tf_core::ops::math's ln of a normal positive double: 2^e·m, m in [√½, √2), 2·atanh((m−1)/(m+1)) by 8 odd terms.
+__device__ double ln_f64(double u) {
+    const unsigned long long bits = (unsigned long long)__double_as_longlong(u);
+    long long e = (long long)((bits >> 52) & 0x7ffull) - 1023;
+    double m = __longlong_as_double((long long)((bits & 0x000fffffffffffffull) | (1023ull << 52)));
+    if (m > 1.4142135623730951) {
+        m /= 2.0;
+        e += 1;
+    }
+    const double s = (m - 1.0) / (m + 1.0);
+    const double s2 = s * s;
+    double p = 0.0;
+    for (int n = 7; n >= 0; --n) p = p * s2 + 1.0 / (double)(2 * n + 1);
+    return (double)e * 0.6931471805599453 + 2.0 * s * p;
+}
+
+// tf_core::ops::math::ln_1p step for step.
+__device__ float log1p_rn(float x) {
+    if (x != x || x == F32_INF) return x;
+    if (x < -1.0f) return __int_as_float(0x7fc00000);
+    if (x == -1.0f) return -F32_INF;
+    const double xd = (double)x;
+    if (fabs(xd) < 1.0 / 536870912.0) return (float)(xd - xd * xd / 2.0);
+    return (float)ln_f64(1.0 + xd);
+}

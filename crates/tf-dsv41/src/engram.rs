@@ -109,5 +109,5 @@ pub fn gate_rows(
 }
 
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + tf_core::ops::math::exp(-x))
 }

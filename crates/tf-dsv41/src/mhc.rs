@@ -1,6 +1,7 @@
 //! Manifold-constrained hyper-connections (dsv41 §8): mixes from the stream, Sinkhorn comb, collapse and expand.
 
 use tf_core::formats::to_bf16;
+use tf_core::ops::math::exp;
 use tf_core::ops::matmul_nt;
 use tf_core::{Checkpoint, Result, bf16};
 
@@ -50,7 +51,7 @@ impl HcSite {
 }
 
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + exp(-x))
 }
 
 /// `hc_split_sinkhorn` (K41:406-458): the same f32 operations in the same order as DeepSeek's kernel.
@@ -60,7 +61,7 @@ pub fn split_sinkhorn(m: &[f32], scale: &[f32], base: &[f32], hc: usize, iters: 
     let mut c: Vec<f32> = (0..hc * hc).map(|k| m[2 * hc + k] * scale[2] + base[2 * hc + k]).collect();
     for row in c.chunks_exact_mut(hc) {
         let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        row.iter_mut().for_each(|v| *v = (*v - mx).exp());
+        row.iter_mut().for_each(|v| *v = exp(*v - mx));
         let s: f32 = row.iter().sum();
         row.iter_mut().for_each(|v| *v = *v / s + eps);
     }

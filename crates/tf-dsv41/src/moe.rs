@@ -3,6 +3,7 @@
 use crate::linear::{Dense, load_vec};
 use crate::qlinear::QLinear;
 use tf_core::formats::to_bf16;
+use tf_core::ops::math;
 use tf_core::ops::qgemm::Fp8Weight;
 use tf_core::{Checkpoint, Result, bf16};
 use tf_exl3::Fp4Weight;
@@ -38,7 +39,7 @@ pub struct MoeShape {
 }
 
 fn softplus(x: f32) -> f32 {
-    if x > 20.0 { x } else { x.exp().ln_1p() }
+    if x > 20.0 { x } else { math::ln_1p(math::exp(x)) }
 }
 
 impl Moe {
@@ -144,7 +145,7 @@ pub fn swiglu(g: &[bf16], u: &[bf16], weights: Option<&[f32]>, limit: f32) -> Ve
                 u = u.clamp(-limit, limit);
                 g = g.min(limit);
             }
-            let mut h = g / (1.0 + (-g).exp()) * u;
+            let mut h = g / (1.0 + math::exp(-g)) * u;
             if let Some(w) = weights {
                 h *= w[i / inter];
             }

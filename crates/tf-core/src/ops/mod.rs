@@ -1,5 +1,6 @@
 //! CPU reference ops: deterministic, row-invariant, and fast enough to keep CPU tests short.
 
+pub mod math;
 pub mod matmul;
 pub mod norm;
 pub mod qgemm;

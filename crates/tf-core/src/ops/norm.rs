@@ -22,7 +22,7 @@ pub fn softmax_in_place(x: &mut [f32]) {
     }
     let mut sum = 0.0;
     for v in x.iter_mut() {
-        *v = (*v - m).exp();
+        *v = super::math::exp(*v - m);
         sum += *v;
     }
     for v in x.iter_mut() {

@@ -58,7 +58,7 @@ pub fn pool(open: &[(Vec<f32>, Vec<f32>)], d: usize) -> Vec<bf16> {
     (0..d)
         .map(|c| {
             let mx = open.iter().map(|(_, g)| g[c]).fold(f32::NEG_INFINITY, f32::max);
-            let e: Vec<f32> = open.iter().map(|(_, g)| (g[c] - mx).exp()).collect();
+            let e: Vec<f32> = open.iter().map(|(_, g)| tf_core::ops::math::exp(g[c] - mx)).collect();
             let s: f32 = e.iter().sum();
             to_bf16(open.iter().zip(&e).map(|((kv, _), w)| kv[c] * (w / s)).sum())
         })

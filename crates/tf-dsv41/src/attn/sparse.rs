@@ -2,6 +2,7 @@
 
 use tf_core::bf16;
 use tf_core::formats::{round_bf16, to_bf16};
+use tf_core::ops::math::exp;
 
 /// Keys per online-softmax block, as in DeepSeek's kernel; the partition changes bf16 rounding of probabilities.
 pub const BLOCK: usize = 64;
@@ -22,11 +23,11 @@ pub fn attend(q: &[f32], keys: &[Option<&[bf16]>], sink: f32, scale: f32, out: &
         }
         let prev = m;
         m = scores[..block.len()].iter().copied().fold(prev, f32::max);
-        let rescale = (prev - m).exp();
+        let rescale = exp(prev - m);
         let mut psum = 0.0f32;
         let mut pv = vec![0.0f32; d];
         for (s, k) in scores[..block.len()].iter().zip(block) {
-            let p = (s - m).exp();
+            let p = exp(s - m);
             psum += p;
             if let Some(k) = k {
                 let pb = round_bf16(p);
@@ -40,7 +41,7 @@ pub fn attend(q: &[f32], keys: &[Option<&[bf16]>], sink: f32, scale: f32, out: &
             *a = *a * rescale + b;
         }
     }
-    sum_exp += (sink - m).exp();
+    sum_exp += exp(sink - m);
     for (o, a) in out.iter_mut().zip(&acc) {
         *o = to_bf16(a / sum_exp);
     }

@@ -1,8 +1,9 @@
-//! `dense`, `rope`, the fake-quant points and `f32_to_bf16` against their CPU twins.
+//! `dense`, `rope`, the fake-quant points, `f32_to_bf16` and exp/ln_1p against their CPU twins.
 
 use crate::util::{bf16s, diff_bf16, diff_f32, download_bf16, normals, poisoned_bf16, poisoned_f32};
 use tf_core::bf16;
 use tf_core::formats::{Fp4Scale, qdq_fp4, qdq_fp8_pow2, to_bf16};
+use tf_core::ops::math;
 use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
@@ -26,7 +27,8 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
     norm_case(gpu, rng, report)?;
     rope_case(gpu, rng, report)?;
     fakequant_case(gpu, rng, report)?;
-    convert_case(gpu, rng, report)
+    convert_case(gpu, rng, report)?;
+    math_case(gpu, rng, report)
 }
 
 /// Host values as `io` stores them: bf16 rounding or f32 as is.
@@ -187,6 +189,35 @@ fn convert_case(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<
         format!("{} values with ties, NaN payloads, ∞", x.len()),
         format!("{bad} differ"),
         bad == 0,
+    );
+    Ok(())
+}
+
+/// exp and ln_1p as the kernels compute them, on 2^20 fresh values over their whole range plus edges: bits equal to `tf_core::ops::math`.
+fn math_case(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
+    let n = 1 << 20;
+    let unit = |rng: &mut SplitMix64| (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let mut x: Vec<f32> = (0..n)
+        .map(|i| match i % 3 {
+            0 => (-112.0 + 204.0 * unit(rng)) as f32,
+            1 => 10f64.powf(-38.0 + 76.0 * unit(rng)) as f32,
+            _ => -(10f64.powf(-30.0 * unit(rng))) as f32,
+        })
+        .collect();
+    x.extend([0.0, -0.0, -1.0, -1.5, 89.0, 88.72, -103.97, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-10, -1e-9]);
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let xd = gpu.upload(&x)?;
+    let (mut ed, mut ld) = (poisoned_f32(gpu, x.len())?, poisoned_f32(gpu, x.len())?);
+    ops::exp_ln_1p(gpu, &xd.view(), &mut ed.view_mut(), &mut ld.view_mut(), x.len())?;
+    let (e, l) = (gpu.download::<f32>(&ed)?, gpu.download::<f32>(&ld)?);
+    let bad_e = x.iter().zip(&e).filter(|&(&v, &g)| !same(g, math::exp(v))).count();
+    let bad_l = x.iter().zip(&l).filter(|&(&v, &g)| !same(g, math::ln_1p(v))).count();
+    let libm = x.iter().filter(|&&v| !same(v.exp(), math::exp(v))).count();
+    report.row(
+        "exp, ln_1p",
+        format!("{} values over both ranges, with ±0, −1, overflow, ∞, NaN", x.len()),
+        format!("{bad_e} exp and {bad_l} ln_1p bits differ (libm's expf differs from ours on {libm})"),
+        bad_e == 0 && bad_l == 0,
     );
     Ok(())
 }

@@ -13,7 +13,7 @@ mod rope;
 mod rows;
 
 pub use attn::{KEY_NONE, KeyRows, KeySource, compress_pool, key_id, sparse_attn};
-pub use convert::f32_to_bf16;
+pub use convert::{exp_ln_1p, f32_to_bf16};
 pub use dense::{Io, Sum, dense};
 pub use engram::engram_gate;
 pub use fakequant::{qdq_fp4, qdq_fp8_pow2};
