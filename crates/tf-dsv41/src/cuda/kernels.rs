@@ -74,6 +74,12 @@ pub const ROWS: KernelSource = KernelSource {
     source: concat!(include_str!("../../kernels/common.cuh"), include_str!("../../kernels/rows.cu")),
 };
 
+/// `synth_bytes`, `synth_uniform`: the flash-shaped bench model's weights, generated in place.
+pub const SYNTH: KernelSource = KernelSource {
+    name: "synth",
+    source: concat!(include_str!("../../kernels/common.cuh"), include_str!("../../kernels/synth.cu")),
+};
+
 /// Every kernel source of this crate, in file-name order.
-pub const KERNELS: [KernelSource; 12] =
-    [ATTN, COMPRESS, CONVERT, DENSE, ENGRAM, FAKEQUANT, INDEX, MHC, MOE, NORM, ROPE, ROWS];
+pub const KERNELS: [KernelSource; 13] =
+    [ATTN, COMPRESS, CONVERT, DENSE, ENGRAM, FAKEQUANT, INDEX, MHC, MOE, NORM, ROPE, ROWS, SYNTH];

@@ -9,8 +9,10 @@ pub mod model;
 mod moe;
 pub mod ops;
 mod probe;
+pub mod synth;
 pub mod weights;
 
 pub use lane::GpuLane;
 pub use model::{GpuModel, open_gpu};
 pub use probe::ProbeRow;
+pub use synth::flash_config;

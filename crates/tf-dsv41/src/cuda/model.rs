@@ -22,6 +22,8 @@ pub struct GpuModel {
     pub norm: Buf,
     pub head: Mat,
     pub opts: Options,
+    /// When `Some`, every MoE call appends its routed expert ids (a bench counts the expert bytes it touched).
+    pub route_log: std::sync::Mutex<Option<Vec<Vec<i32>>>>,
 }
 
 /// What one forward call shares across its blocks.
@@ -79,7 +81,18 @@ impl GpuModel {
         let head = Mat::upload(gpu, &cpu.head)?;
         gpu.sync("uploading the model")?;
         let ropes = [Rope::new(&cpu.cfg, RopeKind::Plain), Rope::new(&cpu.cfg, RopeKind::Yarn)];
-        Ok(GpuModel { gpu, cfg: cpu.cfg.clone(), ropes, opts: cpu.opts, blocks, embed, norm, head, cpu: Some(cpu) })
+        Ok(GpuModel {
+            gpu,
+            cfg: cpu.cfg.clone(),
+            ropes,
+            opts: cpu.opts,
+            blocks,
+            embed,
+            norm,
+            head,
+            cpu: Some(cpu),
+            route_log: Default::default(),
+        })
     }
 
     pub fn cfg(&self) -> &Config {

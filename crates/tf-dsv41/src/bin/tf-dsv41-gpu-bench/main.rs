@@ -1,0 +1,164 @@
+//! Speed of the dsv41 CUDA forward on flash-shaped layers, as ratios to floors measured in the same run.
+
+mod count;
+
+use count::{row_flops, step_bytes};
+use serde_json::{Value, json};
+use std::process::ExitCode;
+use std::time::Instant;
+use tf_core::rng::SplitMix64;
+use tf_cuda::timing::{copy_ms, median};
+use tf_dsv41::cuda::{GpuLane, GpuModel, flash_config, open_gpu};
+
+/// Decode batches measured: rows of one call (a verify-window shape; cross-lane batching is not built yet).
+const BATCHES: [usize; 3] = [1, 8, 32];
+/// Timed decode calls per batch after two warm ones.
+const STEPS: usize = 10;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn tokens(rng: &mut SplitMix64, n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|_| (rng.next_u64() % vocab as u64) as u32).collect()
+}
+
+fn fail(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(v) => {
+            if let Some(out) = std::env::var_os("OUT") {
+                let path = std::path::Path::new(&out).join("dsv41-bench.json");
+                if let Err(e) = std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap_or_default()) {
+                    println!("FAIL writing {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+                println!("wrote {}", path.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("FAIL: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<Value, String> {
+    let (layers, ctx, prompt) =
+        (env("TF_BENCH_LAYERS", 8), env("TF_BENCH_CONTEXT", 1024), env("TF_BENCH_PROMPT", 8192));
+    let (chunk, budget_s) = (env("TF_BENCH_CHUNK", 2048), env("TF_BENCH_PREFILL_SECONDS", 240));
+    let gpu = open_gpu(env("TF_GPU", 0)).map_err(fail)?;
+    let copy = median(&copy_ms(gpu, 4 << 30, 3, 10).map_err(fail)?);
+    let gbps = 2.0 * (4u64 << 30) as f64 / (f64::from(copy) * 1e-3) / 1e9;
+    println!("[bench] copy bandwidth {gbps:.0} GB/s (4 GiB device-to-device, median of 10)");
+    let cfg = flash_config(layers).map_err(fail)?;
+    let t = Instant::now();
+    let model = GpuModel::synthetic(cfg.clone(), gpu, 0x5EED).map_err(fail)?;
+    let all: usize = (0..layers).map(|l| model.block_weight_bytes(l)).map(|(r, e)| r + e * cfg.n_routed_experts).sum();
+    println!(
+        "[bench] flash-shaped model: {layers} layers, {:.1} GB of weights, generated in {:.1} s",
+        all as f64 / 1e9,
+        t.elapsed().as_secs_f64()
+    );
+    let mut rng = SplitMix64::new(7);
+    let mut base = model.new_lane().map_err(fail)?;
+    let t = Instant::now();
+    model.prefill(&mut base, &tokens(&mut rng, ctx, cfg.vocab_size), true).map_err(fail)?;
+    println!("[bench] context prefill: {ctx} tokens in one call, {:.2} s", t.elapsed().as_secs_f64());
+    let mut decode = Vec::new();
+    for b in BATCHES {
+        decode.push(decode_batch(&model, &base, b, ctx, gbps, &mut rng)?);
+    }
+    drop(base);
+    let prefill = prefill(&model, prompt, chunk, budget_s, &mut rng)?;
+    Ok(json!({"copy_gbps": gbps, "layers": layers, "weights_bytes": all, "context": ctx,
+              "decode": decode, "prefill": prefill}))
+}
+
+/// `b` rows per call on a fork of the context lane: route pass (untimed), two warm calls, then the median of STEPS.
+fn decode_batch(
+    model: &GpuModel,
+    base: &GpuLane,
+    b: usize,
+    ctx: usize,
+    gbps: f64,
+    rng: &mut SplitMix64,
+) -> Result<Value, String> {
+    let vocab = model.cfg().vocab_size;
+    let mut lane = base.fork(model.gpu).map_err(fail)?;
+    *model.route_log.lock().map_err(fail)? = Some(Vec::new());
+    model.decode(&mut lane, &tokens(rng, b, vocab)).map_err(fail)?;
+    let routes = model.route_log.lock().map_err(fail)?.take().unwrap_or_default();
+    let bytes = step_bytes(model, &routes, b, ctx);
+    model.decode(&mut lane, &tokens(rng, b, vocab)).map_err(fail)?;
+    model.decode(&mut lane, &tokens(rng, b, vocab)).map_err(fail)?;
+    let mut ms = Vec::with_capacity(STEPS);
+    for _ in 0..STEPS {
+        let t = Instant::now();
+        model.decode(&mut lane, &tokens(rng, b, vocab)).map_err(fail)?;
+        ms.push(t.elapsed().as_secs_f32() * 1e3);
+    }
+    let step_ms = f64::from(median(&ms));
+    let read = bytes.weights + b * bytes.kv;
+    let floor_ms = read as f64 / (gbps * 1e9) * 1e3;
+    let layers = model.cfg().n_layers;
+    let mean_distinct = bytes.distinct_experts.iter().sum::<usize>() as f64 / layers as f64;
+    println!(
+        "[bench] decode batch {b:2}: {step_ms:8.2} ms/step {:7.3} ms/layer {:7.3} ms/token; floor {floor_ms:.3} ms ({:.1} MB: weights touched {:.1} MB with {mean_distinct:.1} experts/layer, KV {:.2} MB); ratio {:.2}× floor",
+        step_ms / layers as f64,
+        step_ms / b as f64,
+        read as f64 / 1e6,
+        bytes.weights as f64 / 1e6,
+        (b * bytes.kv) as f64 / 1e6,
+        step_ms / floor_ms
+    );
+    Ok(json!({"batch": b, "step_ms": step_ms, "ms_per_token": step_ms / b as f64, "floor_ms": floor_ms,
+              "bytes_read": read, "weight_bytes": bytes.weights, "kv_bytes": b * bytes.kv,
+              "distinct_experts": bytes.distinct_experts, "ratio_to_floor": step_ms / floor_ms, "samples_ms": ms}))
+}
+
+/// A `prompt`-token prefill in `chunk`-row calls, each timed to its end; stops after `budget_s` seconds.
+fn prefill(
+    model: &GpuModel,
+    prompt: usize,
+    chunk: usize,
+    budget_s: usize,
+    rng: &mut SplitMix64,
+) -> Result<Value, String> {
+    let cfg = model.cfg();
+    let mut lane = model.new_lane().map_err(fail)?;
+    let toks = tokens(rng, prompt, cfg.vocab_size);
+    let (start, mut done, mut flops, mut chunks) = (Instant::now(), 0, 0.0, Vec::new());
+    for c in toks.chunks(chunk) {
+        let t = Instant::now();
+        let last = done + c.len() == prompt;
+        model.prefill(&mut lane, c, last).map_err(fail)?;
+        model.gpu.sync("prefill chunk").map_err(fail)?;
+        let s = t.elapsed().as_secs_f64();
+        let f: f64 = (done..done + c.len()).map(|p| row_flops(cfg, p)).sum();
+        println!("[bench] prefill rows {done}..{}: {s:.2} s, {:.1} TFLOP/s", done + c.len(), f / s / 1e12);
+        chunks.push(json!({"from": done, "rows": c.len(), "seconds": s, "flops": f}));
+        (done, flops) = (done + c.len(), flops + f);
+        if start.elapsed().as_secs() as usize >= budget_s && done < prompt {
+            println!("[bench] prefill stopped at {done} of {prompt} rows: over the {budget_s} s budget");
+            break;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let rate = flops / secs;
+    let fp8 = std::env::var("TF_FP8_TFLOPS").ok().and_then(|s| s.parse::<f64>().ok());
+    let ratio = fp8.map(|t| rate / (t * 1e12));
+    println!(
+        "[bench] prefill: {done} rows in {secs:.1} s, {:.0} tok/s, {:.2} TFLOP/s model FLOPs; FP8 matrix rate {}; ratio {}",
+        done as f64 / secs,
+        rate / 1e12,
+        fp8.map_or("not measured".into(), |t| format!("{t:.0} TFLOP/s")),
+        ratio.map_or("n/a".into(), |r| format!("{r:.4}"))
+    );
+    Ok(json!({"rows": done, "seconds": secs, "model_flops": flops, "tflops": rate / 1e12,
+              "fp8_matrix_tflops": fp8, "ratio_to_fp8_rate": ratio, "chunks": chunks}))
+}
