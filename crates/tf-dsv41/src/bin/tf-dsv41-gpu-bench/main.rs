@@ -10,7 +10,7 @@ use tf_core::rng::SplitMix64;
 use tf_cuda::timing::{copy_ms, median};
 use tf_dsv41::cuda::{GpuLane, GpuModel, flash_config, open_gpu};
 
-/// Decode batches measured: rows of one call (a verify-window shape; cross-lane batching is not built yet).
+/// Decode batches measured by default (`TF_BENCH_BATCHES=1,8` picks): rows of one call, as a verify window (no cross-lane batching yet).
 const BATCHES: [usize; 3] = [1, 8, 32];
 /// Timed decode calls per batch after two warm ones.
 const STEPS: usize = 10;
@@ -70,11 +70,15 @@ fn run() -> Result<Value, String> {
     model.prefill(&mut base, &tokens(&mut rng, ctx, cfg.vocab_size), true).map_err(fail)?;
     println!("[bench] context prefill: {ctx} tokens in one call, {:.2} s", t.elapsed().as_secs_f64());
     let mut decode = Vec::new();
-    for b in BATCHES {
+    let batches: Vec<usize> = match std::env::var("TF_BENCH_BATCHES") {
+        Ok(list) => list.split(',').filter_map(|b| b.trim().parse().ok()).collect(),
+        Err(_) => BATCHES.to_vec(),
+    };
+    for b in batches {
         decode.push(decode_batch(&model, &base, b, ctx, gbps, &mut rng)?);
     }
     drop(base);
-    let prefill = prefill(&model, prompt, chunk, budget_s, &mut rng)?;
+    let prefill = if prompt == 0 { Value::Null } else { prefill(&model, prompt, chunk, budget_s, &mut rng)? };
     Ok(json!({"copy_gbps": gbps, "layers": layers, "weights_bytes": all, "context": ctx,
               "decode": decode, "prefill": prefill}))
 }
