@@ -185,6 +185,13 @@ impl<'g, 'b> Fp4Experts<'g, 'b> {
         Ok(Fp4Experts { wptr, sptr, count: experts.len(), n, k, _borrows: PhantomData })
     }
 
+    /// The same tables without the borrow of the expert buffers, for a holder that owns them; the caller keeps them alive.
+    #[allow(clippy::missing_safety_doc)]
+    pub unsafe fn into_detached(self) -> Fp4Experts<'g, 'static> {
+        let Fp4Experts { wptr, sptr, count, n, k, .. } = self;
+        Fp4Experts { wptr, sptr, count, n, k, _borrows: PhantomData }
+    }
+
     pub fn len(&self) -> usize {
         self.count
     }

@@ -39,8 +39,7 @@ impl GpuModel {
         ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)?;
         let sel = self.selection(a, role, x, &qr, call, lane, shared)?.map(|k| &shared.sel[&k]);
         let owner = role.kv_owner.unwrap_or(role.layer);
-        let floor = lane.window_floor[role.layer];
-        let window = gpu.upload(&window_ids(call.pos0, rows, w, floor))?;
+        let window = call.window(lane.window_floor[role.layer]);
         let empty = gpu.pool().take(2)?;
         let latents = lane.compressed[owner].as_ref().map_or(&empty, |c| &c.latents);
         let mut o = gpu.pool().take(rows * heads * d * 2)?;
@@ -61,10 +60,8 @@ impl GpuModel {
             scale,
         )?;
         ops::rope(gpu, &mut o.view_mut(), &cs.view(), (rows, heads, d, rd), true)?;
-        let first = rows.saturating_sub(w);
-        let slots: Vec<i32> = (0..rows).map(|r| if r >= first { ((call.pos0 + r) % w) as i32 } else { -1 }).collect();
-        let slots = gpu.upload(&slots)?;
-        ops::scatter_rows(gpu, &kv.view(), &mut lane.windows[role.layer].view_mut(), &slots.view(), (rows, d * 2, w))?;
+        let ring = &mut lane.windows[role.layer];
+        ops::scatter_rows(gpu, &kv.view(), &mut ring.view_mut(), &call.slots.view(), (rows, d * 2, w))?;
         let u = a.wo_a.forward(gpu, &o, Io::Bf16, Io::Bf16, rows, cfg.o_groups)?;
         a.wo_b.forward(gpu, &Acts::quantize(gpu, &u, rows, cfg.o_groups * cfg.o_lora_rank)?)
     }

@@ -30,7 +30,7 @@ impl GpuModel {
         let mut shared = Shared::default();
         let first = range.start;
         // The RoPE tables depend only on the rows' positions: built and uploaded once per call, not per layer.
-        let mut call = self.call(pos0, s.rows, true).map_err(cuda)?;
+        let mut call = self.call(pos0, s.rows, &lane.window_floor[range.clone()]).map_err(cuda)?;
         for b in &self.blocks[range] {
             let engram_ids = self
                 .hasher()

@@ -33,9 +33,16 @@ pub struct Call {
     /// RoPE (cos, sin) of each row's position, per table kind (plain, YaRN).
     pub tables: [Buf; 2],
     pub run_compressor: bool,
+    /// Window key ids per distinct window floor, and each row's ring slot (−1: not kept): the same for every layer.
+    pub windows: Vec<(usize, Buf)>,
+    pub slots: Buf,
 }
 
 impl Call {
+    pub fn window(&self, floor: usize) -> &Buf {
+        &self.windows.iter().find(|(f, _)| *f == floor).expect("Call::new saw every layer's floor").1
+    }
+
     pub fn cs(&self, kind: RopeKind) -> &Buf {
         match kind {
             RopeKind::Plain => &self.tables[0],
@@ -137,11 +144,27 @@ impl GpuModel {
         })
     }
 
-    /// The call context of `rows` rows from `pos0`: RoPE tables of their positions.
-    pub(crate) fn call(&self, pos0: usize, rows: usize, run_compressor: bool) -> Result<Call, Error> {
+    /// The call context of `rows` rows from `pos0` for layers with these window floors: RoPE tables, window ids, ring slots.
+    pub(crate) fn call(&self, pos0: usize, rows: usize, floors: &[usize]) -> Result<Call, Error> {
         let positions: Vec<usize> = (pos0..pos0 + rows).collect();
         let table = |k| self.gpu.upload(&ops::rope_table(self.rope(k), &positions));
-        Ok(Call { pos0, rows, tables: [table(RopeKind::Plain)?, table(RopeKind::Yarn)?], run_compressor })
+        let w = self.cfg.window_size;
+        let mut windows: Vec<(usize, Buf)> = Vec::new();
+        for &f in floors {
+            if !windows.iter().any(|(g, _)| *g == f) {
+                windows.push((f, self.gpu.upload(&super::attn::window_ids(pos0, rows, w, f))?));
+            }
+        }
+        let first = rows.saturating_sub(w);
+        let slots: Vec<i32> = (0..rows).map(|r| if r >= first { ((pos0 + r) % w) as i32 } else { -1 }).collect();
+        Ok(Call {
+            pos0,
+            rows,
+            tables: [table(RopeKind::Plain)?, table(RopeKind::Yarn)?],
+            run_compressor: true,
+            windows,
+            slots: self.gpu.upload(&slots)?,
+        })
     }
 
     /// Embeds token ids into `hc` equal streams with the one-hot pre-mix; ids are checked against the vocab first.

@@ -5,7 +5,7 @@ use super::model::GpuModel;
 use super::ops::{self, Io};
 use super::weights::{Acts, Buf, Experts4};
 use tf_cuda::{Error, Gpu};
-use tf_exl3::cuda::{Fp4Experts, RoutedActs, fp4_gemv_routed};
+use tf_exl3::cuda::{RoutedActs, fp4_gemv_routed};
 
 /// `pairs` routed GEMVs of one expert set, f32 `[pairs, n]`.
 fn routed(
@@ -16,10 +16,8 @@ fn routed(
     acts: RoutedActs,
     pairs: usize,
 ) -> Result<Buf, Error> {
-    let refs: Vec<(&Buf, &Buf)> = set.w.iter().map(|(w, s)| (w, s)).collect();
-    let table = Fp4Experts::new(gpu, &refs, (set.n, set.k))?;
     let mut y = gpu.pool().take(pairs * set.n * 4)?;
-    fp4_gemv_routed(gpu, &table, ids, (&x.codes, &x.scales), acts, &mut y, pairs)?;
+    fp4_gemv_routed(gpu, set.table(), ids, (&x.codes, &x.scales), acts, &mut y, pairs)?;
     Ok(y)
 }
 

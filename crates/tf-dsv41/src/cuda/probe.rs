@@ -70,7 +70,7 @@ impl GpuModel {
         let ids = cpu.engram_ids(&mut st, tokens)?;
         let mut s = cpu.embed_rows(tokens)?;
         let (mut shared, mut gshared) = (Shared::default(), GShared::default());
-        let call = self.call(0, rows, true).map_err(cuda)?;
+        let call = self.call(0, rows, &lane.window_floor).map_err(cuda)?;
         let mut out = Vec::new();
         let mut row = |step: String, g: Vec<f32>, c: &[f32]| out.push(ProbeRow { step, diff: diff(&g, c) });
         for (b, gb) in cpu.blocks.iter().zip(&self.blocks) {

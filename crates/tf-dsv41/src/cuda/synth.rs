@@ -133,7 +133,7 @@ impl Gen {
         let w = (0..count)
             .map(|_| Ok((self.bytes(n * k / 2, 1, 0)?, self.bytes(n * (k / QBLOCK), 2, byte)?)))
             .collect::<Result<Vec<_>, Error>>()?;
-        Ok(Experts4 { w, n, k })
+        Experts4::new(self.gpu, w, (n, k))
     }
 
     fn hc(&mut self, cfg: &Config) -> Result<GHc, Error> {

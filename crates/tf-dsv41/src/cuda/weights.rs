@@ -9,6 +9,7 @@ use tf_core::ops::qgemm::Fp8Weight;
 use tf_cuda::ops::{Fp8Decode, WeightScale, act_quant_fp8, fp8_gemv};
 use tf_cuda::{Error, Gpu, PoolBuf};
 use tf_exl3::Fp4Weight;
+use tf_exl3::cuda::Fp4Experts;
 
 /// A device buffer that lives as long as the model (the GPU is opened once per process).
 pub type Buf = PoolBuf<'static>;
@@ -73,11 +74,12 @@ pub fn to_bf16_buf(gpu: &'static Gpu, y: &Buf, n: usize) -> Result<Buf, Error> {
     Ok(out)
 }
 
-/// One shape of FP4 experts (`[n, k/2]` codes, `[n, k/32]` scales each).
+/// One shape of FP4 experts (`[n, k/2]` codes, `[n, k/32]` scales each) and their device pointer tables, built once.
 pub struct Experts4 {
     pub w: Vec<(Buf, Buf)>,
     pub n: usize,
     pub k: usize,
+    table: Fp4Experts<'static, 'static>,
 }
 
 impl Experts4 {
@@ -90,7 +92,20 @@ impl Experts4 {
             (n, k) = (e.out_features(), e.in_features());
             w.push((gpu.upload_exact(codes)?, gpu.upload_exact(scales)?));
         }
-        Ok(Experts4 { w, n, k })
+        Experts4::new(gpu, w, (n, k))
+    }
+
+    /// Takes `w` and builds its pointer tables (checking every expert's size).
+    pub fn new(gpu: &'static Gpu, w: Vec<(Buf, Buf)>, (n, k): (usize, usize)) -> Result<Experts4, Error> {
+        let refs: Vec<(&Buf, &Buf)> = w.iter().map(|(a, b)| (a, b)).collect();
+        let table = Fp4Experts::new(gpu, &refs, (n, k))?;
+        // SAFETY: the tables point into `w`, which this struct owns and never changes; device buffers do not move.
+        let table = unsafe { table.into_detached() };
+        Ok(Experts4 { w, n, k, table })
+    }
+
+    pub fn table(&self) -> &Fp4Experts<'static, 'static> {
+        &self.table
     }
 }
 
