@@ -4,13 +4,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/gpu-bench-out}"
 mkdir -p "$out"
-cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
-export LD_LIBRARY_PATH="$cuda_lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-TF_CACHE_DIR="${TF_CACHE_DIR:-$(mktemp -d)}"
-export TF_CACHE_DIR
-if [[ ! -f "$cuda_lib/../include/cuda_bf16.h" && -f gpu-carry/include/cuda_bf16.h ]]; then
-  export TF_CUDA_INCLUDE="$PWD/gpu-carry/include"
-fi
+source scripts/gpu-env.sh
 cat gpu-carry/MANIFEST | head -2 | tee "$out/bench-host.txt"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 | tee -a "$out/bench-host.txt"
 # The FP8 rate the prefill ratio divides by, measured in this run; without torch the ratio is reported as not measured.

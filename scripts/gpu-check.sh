@@ -4,15 +4,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$out"
-cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
-export LD_LIBRARY_PATH="$cuda_lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export RUST_BACKTRACE=1
-# A fresh kernel cache, so this machine's NVRTC compiles every kernel the check uses.
-TF_CACHE_DIR="$(mktemp -d)"
-export TF_CACHE_DIR
-if [[ ! -f "$cuda_lib/../include/cuda_bf16.h" && -f gpu-carry/include/cuda_bf16.h ]]; then
-  export TF_CUDA_INCLUDE="$PWD/gpu-carry/include"
-fi
+source scripts/gpu-env.sh
 # TF_CHECKS picks which carried checks run (all by default), e.g. TF_CHECKS=tf-dsv41-gpu-check.
 checks=(${TF_CHECKS:-tf-gpu-check tf-exl3-gpu-check tf-dsv41-gpu-check})
 for c in "${checks[@]}"; do

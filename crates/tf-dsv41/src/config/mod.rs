@@ -1,6 +1,7 @@
 //! The dsv41 config: read from DeepSeek's `inference/config.json` or HF's `config.json`, validated once.
 
 mod args;
+mod flash;
 mod hf;
 mod roles;
 mod validate;

@@ -23,38 +23,18 @@ pub fn flash_config(layers: usize) -> Result<Config, crate::config::ConfigError>
     let mut ratios = vec![0, 0];
     ratios.extend(std::iter::repeat_n(2, enc));
     ratios.extend(std::iter::repeat_n(1, layers - dec_src));
+    let flash = Config::v41_flash();
     let cfg = Config {
-        max_seq_len: 1 << 20,
-        vocab_size: 129_280,
-        dim: 5120,
-        moe_inter_dim: 2304,
         n_layers: layers,
         n_mtp_layers: 0,
-        n_heads: 64,
-        n_routed_experts: 384,
-        n_shared_experts: 1,
-        n_activated_experts: 6,
-        route_scale: 1.5,
-        swiglu_limit: 10.0,
-        q_lora_rank: 1280,
-        head_dim: 512,
-        rope_head_dim: 64,
-        o_groups: 8,
-        o_lora_rank: 1024,
-        window_size: 128,
         compress_ratios: ratios,
         kv_source_layers: vec![2, dec_src],
         index_source_layers: vec![2, dec_src, layers - 1],
-        compress_rope_theta: 160_000.0,
-        original_seq_len: 65_536,
-        rope_factor: 16.0,
-        index_n_heads: 32,
-        index_head_dim: 128,
-        index_topk: 512,
         candidate_source_layer: dec_src as i64,
-        candidate_topk_blocks: 2048,
-        candidate_block_size: 8,
-        ..Config::default()
+        engram_layer_ids: vec![],
+        engram_num_embeddings: vec![],
+        dspark_target_layer_ids: vec![],
+        ..flash
     };
     cfg.validate()?;
     Ok(cfg)

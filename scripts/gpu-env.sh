@@ -1,0 +1,10 @@
+# Sourced by gpu-check.sh and gpu-bench.sh on the GPU machine: the CUDA libraries, a fresh kernel cache, NVRTC headers.
+cuda_lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
+export LD_LIBRARY_PATH="$cuda_lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export RUST_BACKTRACE=1
+# A fresh kernel cache, so this machine's NVRTC compiles every kernel the run uses.
+TF_CACHE_DIR="$(mktemp -d)"
+export TF_CACHE_DIR
+if [[ ! -f "$cuda_lib/../include/cuda_bf16.h" && -f gpu-carry/include/cuda_bf16.h ]]; then
+  export TF_CUDA_INCLUDE="$PWD/gpu-carry/include"
+fi
