@@ -21,6 +21,9 @@ pub fn default_nvrtc_dirs() -> Vec<PathBuf> {
     ]
 }
 
+/// Functions by (kernel name, entry, defines), each beside the source it was built from.
+type FastFunctions = HashMap<(String, String, Vec<(String, String)>), Vec<(Box<str>, CudaFunction)>>;
+
 /// What the self-check prints about a device.
 #[derive(Clone, Debug)]
 pub struct GpuInfo {
@@ -46,6 +49,8 @@ pub struct Gpu {
     cache_dir: PathBuf,
     modules: Mutex<HashMap<String, Arc<CudaModule>>>,
     functions: Mutex<HashMap<(String, String), CudaFunction>>,
+    /// Loaded functions by (kernel name, entry, defines), each with its source: a launch compares sources, never hashes them.
+    by_name: Mutex<FastFunctions>,
     pool: DevicePool,
 }
 
@@ -83,6 +88,7 @@ impl Gpu {
             cache_dir,
             modules: Mutex::default(),
             functions: Mutex::default(),
+            by_name: Mutex::default(),
             pool,
         })
     }
@@ -129,6 +135,18 @@ impl Gpu {
 
     /// Kernel `entry` of `spec`, compiled through the disk cache once per (spec, arch) and loaded once per process.
     pub fn function(&self, spec: &KernelSpec<'_>, entry: &str) -> Result<CudaFunction, Error> {
+        let fast = (spec.name.to_string(), entry.to_string(), spec.defines.clone());
+        if let Some(list) = lock(&self.by_name).get(&fast)
+            && let Some((_, f)) = list.iter().find(|(src, _)| **src == *spec.source)
+        {
+            return Ok(f.clone());
+        }
+        let f = self.function_by_key(spec, entry)?;
+        lock(&self.by_name).entry(fast).or_default().push((spec.source.into(), f.clone()));
+        Ok(f)
+    }
+
+    fn function_by_key(&self, spec: &KernelSpec<'_>, entry: &str) -> Result<CudaFunction, Error> {
         let key = cache_key(spec, self.arch, &self.nvrtc.compiler_id());
         let fkey = (key, entry.to_string());
         if let Some(f) = lock(&self.functions).get(&fkey) {

@@ -30,14 +30,18 @@ impl GpuModel {
         let (gpu, cfg, rows) = (self.gpu, self.cfg(), call.rows);
         let (heads, d, rd, w) = (cfg.n_heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
         let cs = call.cs(role.rope);
-        let xq = Acts::quantize(gpu, x, rows, cfg.dim)?;
-        let qr = self.norm(&a.wq_a.forward(gpu, &xq)?, &a.q_norm, rows, cfg.q_lora_rank)?;
-        let mut q = a.wq_b.forward(gpu, &Acts::quantize(gpu, &qr, rows, cfg.q_lora_rank)?)?;
-        ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
-        let mut kv = self.norm(&a.wkv.forward(gpu, &xq)?, &a.kv_norm, rows, d)?;
-        ops::rope(gpu, &mut kv.view_mut(), &cs.view(), (rows, 1, d, rd), false)?;
-        ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)?;
-        let sel = self.selection(a, role, x, &qr, call, lane, shared)?.map(|k| &shared.sel[&k]);
+        let (qr, q, kv) = self.phase("attn: q, kv", || {
+            let xq = Acts::quantize(gpu, x, rows, cfg.dim)?;
+            let qr = self.norm(&a.wq_a.forward(gpu, &xq)?, &a.q_norm, rows, cfg.q_lora_rank)?;
+            let mut q = a.wq_b.forward(gpu, &Acts::quantize(gpu, &qr, rows, cfg.q_lora_rank)?)?;
+            ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
+            let mut kv = self.norm(&a.wkv.forward(gpu, &xq)?, &a.kv_norm, rows, d)?;
+            ops::rope(gpu, &mut kv.view_mut(), &cs.view(), (rows, 1, d, rd), false)?;
+            ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)?;
+            Ok((qr, q, kv))
+        })?;
+        let sel = self.phase("attn: compress, index", || self.selection(a, role, x, &qr, call, lane, shared))?;
+        let sel = sel.map(|k| &shared.sel[&k]);
         let owner = role.kv_owner.unwrap_or(role.layer);
         let window = call.window(lane.window_floor[role.layer]);
         let empty = gpu.pool().take(2)?;
@@ -48,22 +52,26 @@ impl GpuModel {
         let s = if sel.is_some() { cfg.index_topk } else { 0 };
         let sel_view = sel.as_ref().map(|b| b.view());
         let scale = (d as f32).powf(-0.5);
-        ops::sparse_attn(
-            gpu,
-            &q.view(),
-            &keys,
-            &window.view(),
-            sel_view.as_ref(),
-            &a.sink.view(),
-            &mut o.view_mut(),
-            (rows, heads, d, w, s),
-            scale,
-        )?;
+        self.phase("attn: sparse_attn", || {
+            ops::sparse_attn(
+                gpu,
+                &q.view(),
+                &keys,
+                &window.view(),
+                sel_view.as_ref(),
+                &a.sink.view(),
+                &mut o.view_mut(),
+                (rows, heads, d, w, s),
+                scale,
+            )
+        })?;
         ops::rope(gpu, &mut o.view_mut(), &cs.view(), (rows, heads, d, rd), true)?;
         let ring = &mut lane.windows[role.layer];
         ops::scatter_rows(gpu, &kv.view(), &mut ring.view_mut(), &call.slots.view(), (rows, d * 2, w))?;
-        let u = a.wo_a.forward(gpu, &o, Io::Bf16, Io::Bf16, rows, cfg.o_groups)?;
-        a.wo_b.forward(gpu, &Acts::quantize(gpu, &u, rows, cfg.o_groups * cfg.o_lora_rank)?)
+        let u = self.phase("attn: wo_a", || a.wo_a.forward(gpu, &o, Io::Bf16, Io::Bf16, rows, cfg.o_groups))?;
+        self.phase("attn: wo_b", || {
+            a.wo_b.forward(gpu, &Acts::quantize(gpu, &u, rows, cfg.o_groups * cfg.o_lora_rank)?)
+        })
     }
 
     /// The layer whose selection (`[rows, index_topk]` key ids in `shared.sel`) this layer uses; `None` for window-only layers.

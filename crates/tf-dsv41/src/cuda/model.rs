@@ -24,7 +24,12 @@ pub struct GpuModel {
     pub opts: Options,
     /// When `Some`, every MoE call appends its routed expert ids (a bench counts the expert bytes it touched).
     pub route_log: std::sync::Mutex<Option<Vec<Vec<i32>>>>,
+    /// When `Some`, phases run between syncs and add (host enqueue s, total s, calls) under their name: the bench's breakdown.
+    pub profile: std::sync::Mutex<Option<Profile>>,
 }
+
+/// Per phase name: host enqueue seconds, total seconds, calls.
+pub type Profile = std::collections::BTreeMap<&'static str, (f64, f64, usize)>;
 
 /// What one forward call shares across its blocks.
 pub struct Call {
@@ -99,7 +104,26 @@ impl GpuModel {
             head,
             cpu: Some(cpu),
             route_log: Default::default(),
+            profile: Default::default(),
         })
+    }
+
+    /// Runs `f`; with profiling on, between two syncs, adding its host enqueue time and total time under `name`.
+    pub(crate) fn phase<T>(&self, name: &'static str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+        if self.profile.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            return f();
+        }
+        self.gpu.sync(name)?;
+        let t = std::time::Instant::now();
+        let r = f()?;
+        let host = t.elapsed().as_secs_f64();
+        self.gpu.sync(name)?;
+        let total = t.elapsed().as_secs_f64();
+        if let Some(map) = self.profile.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            let e = map.entry(name).or_default();
+            *e = (e.0 + host, e.1 + total, e.2 + 1);
+        }
+        Ok(r)
     }
 
     pub fn cfg(&self) -> &Config {
@@ -197,7 +221,7 @@ impl GpuModel {
         let mut c = self.gpu.pool().take(s.rows * dim * 2)?;
         ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut c.view_mut(), (s.rows, hc, dim))?;
         let normed = self.norm(&c, &self.norm, s.rows, dim)?;
-        let logits = self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1)?;
+        let logits = self.phase("head", || self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1))?;
         let all: Vec<f32> = self.gpu.download(&logits)?;
         Ok(all.chunks_exact(cfg.vocab_size).map(<[f32]>::to_vec).collect())
     }
@@ -253,16 +277,23 @@ impl GpuModel {
     ) -> Result<(), Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
         let (hc, dim, rows) = (cfg.hc_mult, cfg.dim, s.rows);
-        let mix_a = self.mixes(&b.hc_attn, &s.x, rows)?;
-        let a_in = self.attn_input(b, s)?;
-        let a = self.attention(&b.attn, &b.role, &a_in, call, lane, shared)?;
+        let mix_a = self.phase("mhc mixes", || self.mixes(&b.hc_attn, &s.x, rows))?;
+        let a_in = self.phase("hc_pre + norm", || self.attn_input(b, s))?;
+        let a = self.phase("attention", || self.attention(&b.attn, &b.role, &a_in, call, lane, shared))?;
         let mut x = gpu.pool().take(rows * hc * dim * 2)?;
-        ops::hc_post(gpu, &a.view(), &s.x.view(), &mix_a.view(), &mut x.view_mut(), (rows, hc, dim))?;
-        let mix_f = self.mixes(&b.hc_ffn, &x, rows)?;
-        let mut f_pre = gpu.pool().take(rows * dim * 2)?;
-        ops::hc_pre(gpu, &x.view(), &mix_a.view(), &mut f_pre.view_mut(), (rows, hc, dim))?;
-        let f = self.moe(&b.ffn, &self.norm(&f_pre, &b.ffn_norm, rows, dim)?, rows)?;
-        ops::hc_post(gpu, &f.view(), &x.view(), &mix_f.view(), &mut s.x.view_mut(), (rows, hc, dim))?;
+        self.phase("hc_post", || {
+            ops::hc_post(gpu, &a.view(), &s.x.view(), &mix_a.view(), &mut x.view_mut(), (rows, hc, dim))
+        })?;
+        let mix_f = self.phase("mhc mixes", || self.mixes(&b.hc_ffn, &x, rows))?;
+        let f_in = self.phase("hc_pre + norm", || {
+            let mut f_pre = gpu.pool().take(rows * dim * 2)?;
+            ops::hc_pre(gpu, &x.view(), &mix_a.view(), &mut f_pre.view_mut(), (rows, hc, dim))?;
+            self.norm(&f_pre, &b.ffn_norm, rows, dim)
+        })?;
+        let f = self.phase("moe", || self.moe(&b.ffn, &f_in, rows))?;
+        self.phase("hc_post", || {
+            ops::hc_post(gpu, &f.view(), &x.view(), &mix_f.view(), &mut s.x.view_mut(), (rows, hc, dim))
+        })?;
         s.mix = mix_f;
         Ok(())
     }

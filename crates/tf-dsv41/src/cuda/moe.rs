@@ -26,7 +26,7 @@ impl GpuModel {
     pub(crate) fn moe(&self, m: &GMoe, x: &Buf, rows: usize) -> Result<Buf, Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
         let (dim, inter, topk, experts) = (cfg.dim, cfg.moe_inter_dim, m.topk, m.w1.w.len());
-        let logits = m.gate.forward(gpu, x, Io::Bf16, Io::F32, rows, 1)?;
+        let logits = self.phase("moe: gate", || m.gate.forward(gpu, x, Io::Bf16, Io::F32, rows, 1))?;
         let (mut ids, mut wts) = (gpu.pool().take(rows * topk * 4)?, gpu.pool().take(rows * topk * 4)?);
         ops::route(
             gpu,
@@ -44,11 +44,13 @@ impl GpuModel {
         let xq = Acts::quantize(gpu, x, rows, dim)?;
         let pairs = rows * topk;
         let per_token = RoutedActs::PerToken { topk };
-        let g = routed(gpu, &m.w1, &ids, &xq, per_token, pairs)?;
-        let u = routed(gpu, &m.w3, &ids, &xq, per_token, pairs)?;
-        let mut h = gpu.pool().take(pairs * inter * 2)?;
-        ops::swiglu(gpu, &g.view(), &u.view(), Some(&wts.view()), &mut h.view_mut(), (pairs, inter), m.limit)?;
-        let down = routed(gpu, &m.w2, &ids, &Acts::quantize(gpu, &h, pairs, inter)?, RoutedActs::PerPair, pairs)?;
+        let down = self.phase("moe: routed experts", || {
+            let g = routed(gpu, &m.w1, &ids, &xq, per_token, pairs)?;
+            let u = routed(gpu, &m.w3, &ids, &xq, per_token, pairs)?;
+            let mut h = gpu.pool().take(pairs * inter * 2)?;
+            ops::swiglu(gpu, &g.view(), &u.view(), Some(&wts.view()), &mut h.view_mut(), (pairs, inter), m.limit)?;
+            routed(gpu, &m.w2, &ids, &Acts::quantize(gpu, &h, pairs, inter)?, RoutedActs::PerPair, pairs)
+        })?;
         let [s1, s2, s3] = &m.shared;
         let (sg, su) = (s1.forward_f32(gpu, &xq)?, s3.forward_f32(gpu, &xq)?);
         let sinter = s1.n;

@@ -185,7 +185,19 @@ impl GpuModel {
         gpu.sync("generating the synthetic model")?;
         let ropes = [Rope::new(&cfg, RopeKind::Plain), Rope::new(&cfg, RopeKind::Yarn)];
         let opts = Options { replay: false, ..Options::default() };
-        Ok(GpuModel { gpu, cfg, ropes, cpu: None, blocks, embed, norm, head, opts, route_log: Default::default() })
+        Ok(GpuModel {
+            gpu,
+            cfg,
+            ropes,
+            cpu: None,
+            blocks,
+            embed,
+            norm,
+            head,
+            opts,
+            route_log: Default::default(),
+            profile: Default::default(),
+        })
     }
 
     /// Device bytes of every weight of block `layer`, the routed experts apart: (the rest, one routed expert's three).

@@ -77,10 +77,11 @@ fn run() -> Result<Value, String> {
     for b in batches {
         decode.push(decode_batch(&model, &base, b, ctx, gbps, &mut rng)?);
     }
+    let profile = profile(&model, &base, &mut rng)?;
     drop(base);
     let prefill = if prompt == 0 { Value::Null } else { prefill(&model, prompt, chunk, budget_s, &mut rng)? };
     Ok(json!({"copy_gbps": gbps, "layers": layers, "weights_bytes": all, "context": ctx,
-              "decode": decode, "prefill": prefill}))
+              "decode": decode, "profile": profile, "prefill": prefill}))
 }
 
 /// `b` rows per call on a fork of the context lane: route pass (untimed), two warm calls, then the median of STEPS.
@@ -165,4 +166,27 @@ fn prefill(
     );
     Ok(json!({"rows": done, "seconds": secs, "model_flops": flops, "tflops": rate / 1e12,
               "fp8_matrix_tflops": fp8, "ratio_to_fp8_rate": ratio, "chunks": chunks}))
+}
+
+/// Where a batch-1 decode step goes: each phase between syncs (so phases do not overlap), host enqueue time beside the total.
+fn profile(model: &GpuModel, base: &GpuLane, rng: &mut SplitMix64) -> Result<Value, String> {
+    const STEPS: usize = 3;
+    let mut lane = base.fork(model.gpu).map_err(fail)?;
+    *model.profile.lock().map_err(fail)? = Some(Default::default());
+    let t = Instant::now();
+    for _ in 0..STEPS {
+        model.decode(&mut lane, &tokens(rng, 1, model.cfg().vocab_size)).map_err(fail)?;
+    }
+    let step_ms = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
+    let map = model.profile.lock().map_err(fail)?.take().unwrap_or_default();
+    println!(
+        "[bench] profile of a batch-1 step with a sync around each phase: {step_ms:.2} ms/step (names with ':' lie inside attention or moe)"
+    );
+    let mut rows = Vec::new();
+    for (name, (host, total, calls)) in &map {
+        let (h, t) = (host * 1e3 / STEPS as f64, total * 1e3 / STEPS as f64);
+        println!("[bench]   {name:24} {t:8.3} ms/step total, {h:8.3} ms host enqueue, {} calls/step", calls / STEPS);
+        rows.push(json!({"phase": name, "ms_per_step": t, "host_ms_per_step": h, "calls_per_step": calls / STEPS}));
+    }
+    Ok(json!({"step_ms_with_syncs": step_ms, "phases": rows}))
 }
