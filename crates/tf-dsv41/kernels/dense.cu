@@ -3,6 +3,8 @@
 // Threads per block; a thread owns one accumulator lane of one output for up to DENSE_ROWS rows.
 #define DENSE_THREADS 256
 #define DENSE_ROWS 8
+// Steps of a lane's sum whose weights are in flight at once.
+#define DENSE_AHEAD 8
 
 __device__ __forceinline__ float widen(float v) { return v; }
 
@@ -28,7 +30,20 @@ __device__ __forceinline__ void dense_body(const X* __restrict__ x, const W* __r
     for (int r = 0; r < DENSE_ROWS; ++r) acc[r] = 0.0f;
     const int full = k - k % lanes;
     if (live) {
-        for (int p = lane; p < full; p += lanes) {
+        int p = lane;
+        // DENSE_AHEAD steps' weights are loaded before their adds, so memory latency overlaps; the adds keep their order.
+        for (; p + (DENSE_AHEAD - 1) * lanes < full; p += DENSE_AHEAD * lanes) {
+            float wv[DENSE_AHEAD];
+#pragma unroll
+            for (int u = 0; u < DENSE_AHEAD; ++u) wv[u] = widen(__ldg(wr + p + u * lanes));
+#pragma unroll
+            for (int u = 0; u < DENSE_AHEAD; ++u) {
+#pragma unroll
+                for (int r = 0; r < DENSE_ROWS; ++r)
+                    if (r < nr) acc[r] = __fadd_rn(acc[r], __fmul_rn(widen(__ldg(xt + r * ldx + p + u * lanes)), wv[u]));
+            }
+        }
+        for (; p < full; p += lanes) {
             const float wv = widen(__ldg(wr + p));
 #pragma unroll
             for (int r = 0; r < DENSE_ROWS; ++r)
