@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
+from ref_import import import_reference
+
 HERE = Path(__file__).resolve().parent
-REF_FILES = ("model.py", "engram.py", "kernel_cpu.py", "vision.py", "image_processor.py")
 # Imported at the top of engram.py / image_processor.py but never called here (no Engram, no vision).
 OPTIONAL_DEPS = ("numpy", "sympy", "PIL")
 # Factory functions that model.py and kernel_cpu.py call without a device.
@@ -46,19 +47,6 @@ def stub_missing_deps() -> list[str]:
             sys.modules[name] = stub
             stubbed.append(name)
     return stubbed
-
-
-def import_reference(ref_dir: Path):
-    """Imports the vendored package `deepseek_v41` from `ref_dir`, as run_reference.py does."""
-    missing = [f for f in REF_FILES if not (ref_dir / f).is_file()]
-    if missing:
-        sys.exit(f"reference files {missing} missing in {ref_dir}: see tools/golden/README.md")
-    if not (ref_dir / "__init__.py").exists():
-        (ref_dir / "__init__.py").touch()
-    sys.path.insert(0, str(ref_dir.parent))
-    model = __import__(f"{ref_dir.name}.model", fromlist=["model"])
-    kernel_cpu = __import__(f"{ref_dir.name}.kernel_cpu", fromlist=["kernel_cpu"])
-    return model, kernel_cpu
 
 
 def bind_device(module, device: torch.device):
@@ -179,7 +167,7 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
     stubbed = stub_missing_deps()
-    v41, kernel_cpu = import_reference(a.ref)
+    v41, kernel_cpu = import_reference(a.ref, "model", "kernel_cpu")
     bind_device(v41, device)
     bind_device(kernel_cpu, device)
 

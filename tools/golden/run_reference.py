@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
+from ref_import import REF_FILES, import_reference
+
 HERE = Path(__file__).resolve().parent
-REF_FILES = ("model.py", "engram.py", "kernel_cpu.py", "vision.py", "image_processor.py")
 INDEX_FILE = "model.safetensors.index.json"
 # Keys our inference/config.json may carry that ModelArgs does not (tokenizer facts, unused by the forward).
 CONFIG_EXTRAS = ("bos_token_id", "eos_token_id")
@@ -30,21 +31,6 @@ def sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def import_reference(ref_dir: Path):
-    """Imports the vendored package `deepseek_v41` from `ref_dir` (its parent goes on sys.path)."""
-    missing = [f for f in REF_FILES if not (ref_dir / f).is_file()]
-    if missing:
-        sys.exit(f"reference files {missing} missing in {ref_dir}: see tools/golden/README.md")
-    if not (ref_dir / "__init__.py").exists():
-        (ref_dir / "__init__.py").touch()
-    sys.path.insert(0, str(ref_dir.parent))
-    package = ref_dir.name
-    model = __import__(f"{package}.model", fromlist=["model"])
-    engram = __import__(f"{package}.engram", fromlist=["engram"])
-    kernel_cpu = __import__(f"{package}.kernel_cpu", fromlist=["kernel_cpu"])
-    return model, engram, kernel_cpu
 
 
 # ---------------------------------------------------------------------------- runner rules (monkeypatches)
@@ -439,7 +425,7 @@ def main():
     if a.steps is None:
         a.steps = 16 if a.dspark else 40
     torch.set_num_threads(a.threads)
-    v41, engram, kernel_cpu = import_reference(a.ref)
+    v41, engram, kernel_cpu = import_reference(a.ref, "model", "engram", "kernel_cpu")
     ckpt = a.ckpt.resolve()
     token_map = np.fromfile(ckpt / "engram_token_map.u32", dtype="<u4").tolist()
     n_classes = patch_token_map(engram, token_map)
