@@ -2,7 +2,13 @@
 
 // Threads per block; a thread owns one accumulator lane of one output for up to DENSE_ROWS rows.
 #define DENSE_THREADS 256
+// Rows per block and the path (0: dense_body, 1 or 8: tiled_body with that many lanes) come as defines from the launcher.
+#ifndef DENSE_ROWS
 #define DENSE_ROWS 8
+#endif
+#ifndef TILE_LANES
+#define TILE_LANES 0
+#endif
 // Steps of a lane's sum whose weights are in flight at once.
 #define DENSE_AHEAD 8
 
@@ -67,35 +73,199 @@ __device__ __forceinline__ void dense_body(const X* __restrict__ x, const W* __r
         for (int r = 0; r < nr; ++r) store(y + (long long)(r0 + r) * n + o, acc[r]);
 }
 
-extern "C" __global__ void __launch_bounds__(DENSE_THREADS)
-dense_xb_wb_yb(const bf16_bits* x, const bf16_bits* w, bf16_bits* y, int rows, int n, int k, int groups, int lanes) {
-    dense_body(x, w, y, rows, n, k, groups, lanes);
+// The tiled path (k % 8 == 0, x and w 16-byte aligned): a block of TILE_THREADS stages rows of W and x through shared memory in 16-byte loads; each thread keeps its lane's order.
+#define TILE_THREADS 128
+
+// Columns per tile; the row stride keeps a warp's shared reads on distinct banks (odd for one lane, 8 mod 32 words for eight).
+template <int LANES, typename X, typename W> struct TileShape {
+    static constexpr int OUTS = TILE_THREADS / LANES;
+    static constexpr int KT = LANES == 1 ? 64 : 384;
+    static constexpr int STRIDE = LANES == 1 ? KT + 1 : KT + 8;
+    static constexpr int WV = 16 / sizeof(W), WROW = KT / WV, WLOADS = OUTS * WROW / TILE_THREADS;
+    static constexpr int XV = 16 / sizeof(X), XROW = KT / XV;
+    static constexpr int XLOADS = (DENSE_ROWS * XROW + TILE_THREADS - 1) / TILE_THREADS;
+    static_assert(OUTS * WROW % TILE_THREADS == 0, "weight vectors split evenly over the block");
+};
+
+// A 16-byte vector of bf16 or f32 as floats (bf16 element 0 in the low half of each word).
+__device__ __forceinline__ void unpack(const uint4& v, const bf16_bits*, float* f) {
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
 }
-extern "C" __global__ void __launch_bounds__(DENSE_THREADS)
-dense_xb_wb_yf(const bf16_bits* x, const bf16_bits* w, float* y, int rows, int n, int k, int groups, int lanes) {
-    dense_body(x, w, y, rows, n, k, groups, lanes);
+__device__ __forceinline__ void unpack(const uint4& v, const float*, float* f) {
+    f[0] = __uint_as_float(v.x);
+    f[1] = __uint_as_float(v.y);
+    f[2] = __uint_as_float(v.z);
+    f[3] = __uint_as_float(v.w);
 }
-extern "C" __global__ void __launch_bounds__(DENSE_THREADS)
-dense_xb_wf_yb(const bf16_bits* x, const float* w, bf16_bits* y, int rows, int n, int k, int groups, int lanes) {
-    dense_body(x, w, y, rows, n, k, groups, lanes);
+
+// Loads tile `kt0` (len columns) of the block's W rows and x rows into registers; out-of-range vectors are zero.
+template <int LANES, typename X, typename W>
+__device__ __forceinline__ void tile_fetch(const X* __restrict__ xt, const W* __restrict__ w, long long o0, int n, int k,
+                                           long long ldx, int nr, int kt0, int len, uint4* wv, uint4* xv) {
+    using S = TileShape<LANES, X, W>;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int i = 0; i < S::WLOADS; ++i) {
+        const int v = i * TILE_THREADS + threadIdx.x, col = (v % S::WROW) * S::WV;
+        const long long oo = o0 + v / S::WROW;
+        wv[i] = (oo < n && col < len) ? __ldg(reinterpret_cast<const uint4*>(w + oo * k + kt0 + col)) : zero;
+    }
+#pragma unroll
+    for (int i = 0; i < S::XLOADS; ++i) {
+        const int v = i * TILE_THREADS + threadIdx.x, r = v / S::XROW, col = (v % S::XROW) * S::XV;
+        xv[i] = (r < nr && col < len) ? __ldg(reinterpret_cast<const uint4*>(xt + r * ldx + kt0 + col)) : zero;
+    }
 }
-extern "C" __global__ void __launch_bounds__(DENSE_THREADS)
-dense_xb_wf_yf(const bf16_bits* x, const float* w, float* y, int rows, int n, int k, int groups, int lanes) {
-    dense_body(x, w, y, rows, n, k, groups, lanes);
+
+// Widens the fetched vectors into the shared tiles.
+template <int LANES, typename X, typename W>
+__device__ __forceinline__ void tile_stage(const uint4* wv, const uint4* xv, float* w_s, float* x_s) {
+    using S = TileShape<LANES, X, W>;
+#pragma unroll
+    for (int i = 0; i < S::WLOADS; ++i) {
+        const int v = i * TILE_THREADS + threadIdx.x;
+        float f[8];
+        unpack(wv[i], (const W*)nullptr, f);
+        float* dst = w_s + (v / S::WROW) * S::STRIDE + (v % S::WROW) * S::WV;
+#pragma unroll
+        for (int u = 0; u < S::WV; ++u) dst[u] = f[u];
+    }
+#pragma unroll
+    for (int i = 0; i < S::XLOADS; ++i) {
+        const int v = i * TILE_THREADS + threadIdx.x;
+        if (S::XLOADS * TILE_THREADS == DENSE_ROWS * S::XROW || v < DENSE_ROWS * S::XROW) {
+            float f[8];
+            unpack(xv[i], (const X*)nullptr, f);
+#pragma unroll
+            for (int u = 0; u < S::XV; ++u) x_s[v * S::XV + u] = f[u];
+        }
+    }
 }
-extern "C" __global__ void __launch_bounds__(DENSE_THREADS)
-dense_xf_wb_yb(const float* x, const bf16_bits* w, bf16_bits* y, int rows, int n, int k, int groups, int lanes) {
-    dense_body(x, w, y, rows, n, k, groups, lanes);
+
+// One staged tile's adds in each lane's order; FULL tiles have a constant trip count so shared loads run ahead of the adds.
+template <int LANES, int KT, int STRIDE, bool FULL>
+__device__ __forceinline__ void tile_sum(const float* w_s, const float* x_s, float* acc, bool squares, bool live, int t,
+                                         int to, int lane, int nr, int len) {
+    const int steps = FULL ? KT : len;
+    if (squares) {
+        if (t < nr) {
+#pragma unroll 16
+            for (int j = 0; j < steps; ++j) acc[0] = __fadd_rn(acc[0], __fmul_rn(x_s[t * KT + j], x_s[t * KT + j]));
+        }
+    } else if (live) {
+        const float* wr = w_s + to * STRIDE;
+#pragma unroll 8
+        for (int j = lane; j < steps; j += LANES) {
+            const float wj = wr[j];
+#pragma unroll
+            for (int r = 0; r < DENSE_ROWS; ++r)
+                if (r < nr) acc[r] = __fadd_rn(acc[r], __fmul_rn(x_s[r * KT + j], wj));
+        }
+    }
 }
-extern "C" __global__ void __launch_bounds__(DENSE_THREADS)
-dense_xf_wb_yf(const float* x, const bf16_bits* w, float* y, int rows, int n, int k, int groups, int lanes) {
-    dense_body(x, w, y, rows, n, k, groups, lanes);
+
+// Stages tile `tile` from (wv, xv), refills them with tile + 2, and sums the staged tile.
+template <int LANES, typename X, typename W>
+__device__ __forceinline__ void tile_step(const X* __restrict__ xt, const W* __restrict__ w, float* w_s, float* x_s,
+                                          float* acc, uint4* wv, uint4* xv, int tile, int tiles, long long o0, int n, int k,
+                                          long long ldx, int nr, bool squares) {
+    using S = TileShape<LANES, X, W>;
+    const int t = threadIdx.x, kt0 = tile * S::KT, len = min(S::KT, k - kt0);
+    const long long o = o0 + t / LANES;
+    tile_stage<LANES, X, W>(wv, xv, w_s, x_s);
+    __syncthreads();
+    if (tile + 2 < tiles)
+        tile_fetch<LANES>(xt, w, o0, n, k, ldx, nr, kt0 + 2 * S::KT, min(S::KT, k - kt0 - 2 * S::KT), wv, xv);
+    if (len == S::KT) tile_sum<LANES, S::KT, S::STRIDE, true>(w_s, x_s, acc, squares, o < n, t, t / LANES, t % LANES, nr, len);
+    else tile_sum<LANES, S::KT, S::STRIDE, false>(w_s, x_s, acc, squares, o < n, t, t / LANES, t % LANES, nr, len);
+    __syncthreads();
 }
-extern "C" __global__ void __launch_bounds__(DENSE_THREADS)
-dense_xf_wf_yb(const float* x, const float* w, bf16_bits* y, int rows, int n, int k, int groups, int lanes) {
-    dense_body(x, w, y, rows, n, k, groups, lanes);
+
+// Same sums as dense_body; with ss, the grid's last block instead sums each row's x² in index order into ss (mHC's scale).
+template <int LANES, typename X, typename W, typename Y>
+__device__ __forceinline__ void tiled_body(const X* __restrict__ x, const W* __restrict__ w, Y* __restrict__ y,
+                                           float* __restrict__ ss, int rows, int n, int k, int groups) {
+    using S = TileShape<LANES, X, W>;
+    __shared__ __align__(16) float w_s[S::OUTS * S::STRIDE];
+    __shared__ __align__(16) float x_s[DENSE_ROWS * S::KT];
+    const int t = threadIdx.x, lane = t % LANES, to = t / LANES;
+    const long long o0 = (long long)blockIdx.x * S::OUTS, o = o0 + to;
+    const int r0 = blockIdx.y * DENSE_ROWS;
+    const int nr = min(DENSE_ROWS, rows - r0);
+    const bool squares = ss != nullptr && blockIdx.x == gridDim.x - 1;
+    const int g = squares ? 0 : (int)(o0 / (n / groups));
+    const long long ldx = (long long)groups * k;
+    const X* xt = x + (long long)r0 * ldx + (long long)g * k;
+    float acc[DENSE_ROWS];
+#pragma unroll
+    for (int r = 0; r < DENSE_ROWS; ++r) acc[r] = squares ? -0.0f : 0.0f;
+    // Two register sets alternate, so the loads of tile i+2 are in flight while tile i is summed.
+    uint4 wv0[S::WLOADS], xv0[S::XLOADS], wv1[S::WLOADS], xv1[S::XLOADS];
+    const int tiles = (k + S::KT - 1) / S::KT;
+    if (tiles > 0) tile_fetch<LANES>(xt, w, o0, n, k, ldx, nr, 0, min(S::KT, k), wv0, xv0);
+    if (tiles > 1) tile_fetch<LANES>(xt, w, o0, n, k, ldx, nr, S::KT, min(S::KT, k - S::KT), wv1, xv1);
+    for (int tile = 0; tile < tiles; tile += 2) {
+        tile_step<LANES, X, W>(xt, w, w_s, x_s, acc, wv0, xv0, tile, tiles, o0, n, k, ldx, nr, squares);
+        if (tile + 1 < tiles) tile_step<LANES, X, W>(xt, w, w_s, x_s, acc, wv1, xv1, tile + 1, tiles, o0, n, k, ldx, nr, squares);
+    }
+    if (squares) {
+        if (t < nr) ss[r0 + t] = acc[0];
+        return;
+    }
+    if (LANES == 8) {
+#pragma unroll
+        for (int r = 0; r < DENSE_ROWS; ++r)
+            for (int m = 4; m > 0; m >>= 1) acc[r] = __fadd_rn(acc[r], __shfl_xor_sync(0xffffffffu, acc[r], m));
+    }
+    if (o < n && lane == 0)
+        for (int r = 0; r < nr; ++r) store(y + (long long)(r0 + r) * n + o, acc[r]);
 }
-extern "C" __global__ void __launch_bounds__(DENSE_THREADS)
-dense_xf_wf_yf(const float* x, const float* w, float* y, int rows, int n, int k, int groups, int lanes) {
-    dense_body(x, w, y, rows, n, k, groups, lanes);
+
+// One module per define set: TILE_LANES picks the body, so each compiles with only its own registers.
+#if TILE_LANES == 0
+#define BOUND_THREADS DENSE_THREADS
+#define BOUND_BLOCKS 1
+#define DENSE_ENTRY dense_body(x, w, y, rows, n, k, groups, lanes)
+#else
+#define BOUND_THREADS TILE_THREADS
+#define BOUND_BLOCKS (DENSE_ROWS == 1 ? 3 : 2)
+#define DENSE_ENTRY tiled_body<TILE_LANES>(x, w, y, ss, rows, n, k, groups)
+#endif
+
+extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
+dense_xb_wb_yb(const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+    DENSE_ENTRY;
+}
+extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
+dense_xb_wb_yf(const bf16_bits* x, const bf16_bits* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+    DENSE_ENTRY;
+}
+extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
+dense_xb_wf_yb(const bf16_bits* x, const float* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+    DENSE_ENTRY;
+}
+extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
+dense_xb_wf_yf(const bf16_bits* x, const float* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+    DENSE_ENTRY;
+}
+extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
+dense_xf_wb_yb(const float* x, const bf16_bits* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+    DENSE_ENTRY;
+}
+extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
+dense_xf_wb_yf(const float* x, const bf16_bits* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+    DENSE_ENTRY;
+}
+extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
+dense_xf_wf_yb(const float* x, const float* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+    DENSE_ENTRY;
+}
+extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
+dense_xf_wf_yf(const float* x, const float* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+    DENSE_ENTRY;
 }

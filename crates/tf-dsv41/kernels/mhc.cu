@@ -16,17 +16,24 @@ __device__ void normalize_cols(float* c, int hc, float eps) {
     }
 }
 
-// One thread per row, in place over that row's raw dots: HcSite::mixes' scaling by 1/sqrt(mean(x²)+norm_eps) (a sequential sum, as the CPU's), then split_sinkhorn's f32 operations in its order (f32 sums start at -0.0 like Rust's Sum).
-extern "C" __global__ void hc_sinkhorn(float* __restrict__ mix, const unsigned short* __restrict__ x,
+// One thread per row: ss[r] = Σ x² in index order, where dense could not sum it alongside the dots.
+extern "C" __global__ void hc_squares(float* __restrict__ ss, const unsigned short* __restrict__ x, int rows, int width) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const unsigned short* xr = x + (size_t)r * width;
+    float s = -0.0f;
+    for (int i = 0; i < width; ++i) s += widen(xr[i]) * widen(xr[i]);
+    ss[r] = s;
+}
+
+// One thread per row, in place over that row's raw dots: HcSite::mixes' scaling by 1/sqrt(mean(x²)+norm_eps) (ss: the sequential sum of squares dense wrote), then split_sinkhorn's f32 operations in its order (f32 sums start at -0.0 like Rust's Sum).
+extern "C" __global__ void hc_sinkhorn(float* __restrict__ mix, const float* __restrict__ ss,
                                        const float* __restrict__ scale, const float* __restrict__ base, int rows, int hc,
                                        int width, int iters, float norm_eps, float eps) {
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     float* m = mix + (size_t)r * (2 + hc) * hc;
-    const unsigned short* xr = x + (size_t)r * width;
-    float ss = -0.0f;
-    for (int i = 0; i < width; ++i) ss += widen(xr[i]) * widen(xr[i]);
-    const float rsqrt = 1.0f / sqrtf(ss / (float)width + norm_eps);
+    const float rsqrt = 1.0f / sqrtf(ss[r] / (float)width + norm_eps);
     for (int k = 0; k < (2 + hc) * hc; ++k) m[k] = m[k] * rsqrt;
     float pre[MHC_MAX_HC], post[MHC_MAX_HC], c[MHC_MAX_HC * MHC_MAX_HC];
     for (int i = 0; i < hc; ++i) pre[i] = sigmoid(m[i] * scale[0] + base[i]) + eps;

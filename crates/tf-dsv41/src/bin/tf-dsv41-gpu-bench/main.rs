@@ -1,6 +1,7 @@
 //! Speed of the dsv41 CUDA forward on flash-shaped layers, as ratios to floors measured in the same run.
 
 mod count;
+mod ops;
 
 use count::{row_flops, step_bytes};
 use serde_json::{Value, json};
@@ -55,6 +56,12 @@ fn run() -> Result<Value, String> {
     let copy = median(&copy_ms(gpu, 4 << 30, 3, 10).map_err(fail)?);
     let gbps = 2.0 * (4u64 << 30) as f64 / (f64::from(copy) * 1e-3) / 1e9;
     println!("[bench] copy bandwidth {gbps:.0} GB/s (4 GiB device-to-device, median of 10)");
+    let op_times = if env("TF_BENCH_OPS", 1) == 1 {
+        json!([ops::ops_bench(gpu, 1).map_err(fail)?, ops::ops_bench(gpu, 8).map_err(fail)?])
+    } else {
+        Value::Null
+    };
+    gpu.pool().release_free();
     let cfg = flash_config(layers).map_err(fail)?;
     let t = Instant::now();
     let model = GpuModel::synthetic(cfg.clone(), gpu, 0x5EED).map_err(fail)?;
@@ -81,7 +88,7 @@ fn run() -> Result<Value, String> {
     drop(base);
     let prefill = if prompt == 0 { Value::Null } else { prefill(&model, prompt, chunk, budget_s, &mut rng)? };
     Ok(json!({"copy_gbps": gbps, "layers": layers, "weights_bytes": all, "context": ctx,
-              "decode": decode, "profile": profile, "prefill": prefill}))
+              "decode": decode, "profile": profile, "prefill": prefill, "ops": op_times}))
 }
 
 /// `b` rows per call on a fork of the context lane: route pass (untimed), two warm calls, then the median of STEPS.

@@ -21,6 +21,10 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
         (5, 96, 64, 4, (Io::Bf16, Io::Bf16, Io::Bf16)),
         (3, 10, 5000, 1, (Io::Bf16, Io::F32, Io::Bf16)),
         (9, 37, 1031, 1, (Io::F32, Io::Bf16, Io::F32)),
+        (1, 24, 20480, 1, (Io::Bf16, Io::F32, Io::F32)),
+        (3, 256, 296, 2, (Io::Bf16, Io::Bf16, Io::Bf16)),
+        (10, 1024, 4096, 4, (Io::Bf16, Io::Bf16, Io::Bf16)),
+        (2, 300, 5120, 1, (Io::Bf16, Io::Bf16, Io::F32)),
     ] {
         dense_case(gpu, rng, report, (rows, n, k), groups, io)?;
     }

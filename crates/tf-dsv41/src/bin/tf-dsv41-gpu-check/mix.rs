@@ -28,14 +28,22 @@ fn flat(m: &[HcMix]) -> Vec<f32> {
 }
 
 pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
-    mhc_case(gpu, rng, report)?;
+    // The flash width (hc·dim = 20,480) over 11 rows crosses dense's 8-row tiles; width 1,284 (not whole vectors) sums x² apart.
+    for shape in [(6, 4, 320), (11, 4, 5120), (1, 4, 5120), (3, 4, 321)] {
+        mhc_case(gpu, rng, report, shape)?;
+    }
     moe_case(gpu, rng, report)?;
     engram_case(gpu, rng, report)
 }
 
 /// Mixes bit for bit (MIX_TOL); collapse and expand from the CPU's own mixes bit for bit (same f32 ops, same order).
-fn mhc_case(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
-    let (rows, hc, dim, iters) = (6, 4, 320, 20);
+fn mhc_case(
+    gpu: &Gpu,
+    rng: &mut SplitMix64,
+    report: &mut Report,
+    (rows, hc, dim): (usize, usize, usize),
+) -> Result<(), Error> {
+    let iters = 20;
     let mix = (2 + hc) * hc;
     let site = HcSite {
         func: Dense { out: mix, inp: hc * dim, w: normals(rng, mix * hc * dim, 0.02) },

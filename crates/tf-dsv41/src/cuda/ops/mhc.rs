@@ -56,24 +56,32 @@ pub fn hc_mixes(
     }
     let (rows_i, hc_i, width_i) = (int(OP, "rows", rows)?, int(OP, "hc", hc)?, int(OP, "hc·dim", width)?);
     let iters_i = int(OP, "iters", iters)?;
-    // The raw dots in matmul_nt's order, as HcSite::mixes computes them on the CPU.
-    super::dense(
+    // The raw dots in matmul_nt's order, as HcSite::mixes computes them on the CPU, and each row's sum of x².
+    let mut ss = gpu.pool().take(bytes(OP, &[rows, 4])?)?;
+    let summed = super::dense::dense_squares(
         gpu,
-        x,
-        super::Io::Bf16,
-        func,
-        super::Io::F32,
-        &mut *mix,
-        super::Io::F32,
+        (x, super::Io::Bf16),
+        (func, super::Io::F32),
+        (&mut *mix, super::Io::F32),
+        &mut ss.view_mut(),
         (rows, n, width),
-        1,
         super::Sum::Lanes8,
     )?;
+    if !summed {
+        let f = gpu.function(&MHC.spec(&[]), "hc_squares")?;
+        let mut ss_out = ss.view_mut();
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(&mut ss_out).arg(x).arg(&rows_i).arg(&width_i);
+        // SAFETY: arguments match `hc_squares(f32*, const u16*, int, int)`; sizes checked above.
+        unsafe { launch.launch(grid((rows.div_ceil(64), 1), 64, 0)) }
+            .doing(|| format!("launching {OP} (squares) on {rows} rows"))?;
+    }
+    let ss_view = ss.view();
     let sinkhorn = gpu.function(&MHC.spec(&[]), "hc_sinkhorn")?;
     let mut launch = gpu.stream().launch_builder(&sinkhorn);
     launch
         .arg(mix)
-        .arg(x)
+        .arg(&ss_view)
         .arg(scale)
         .arg(base)
         .arg(&rows_i)
@@ -82,7 +90,7 @@ pub fn hc_mixes(
         .arg(&iters_i)
         .arg(&eps)
         .arg(&hc_eps);
-    // SAFETY: arguments match `hc_sinkhorn(f32*, const u16*, const f32*, const f32*, int, int, int, int, float, float)`; sizes checked above.
+    // SAFETY: arguments match `hc_sinkhorn(f32*, const f32*, const f32*, const f32*, int, int, int, int, float, float)`; sizes checked above.
     unsafe { launch.launch(grid((rows.div_ceil(64), 1), 64, 0)) }
         .doing(|| format!("launching {OP} (sinkhorn) on {rows} rows"))?;
     Ok(())

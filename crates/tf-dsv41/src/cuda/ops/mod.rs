@@ -14,7 +14,7 @@ mod rows;
 
 pub use attn::{KEY_NONE, KeyRows, KeySource, compress_pool, key_id, sparse_attn};
 pub use convert::{exp_ln_1p, f32_to_bf16};
-pub use dense::{Io, Sum, dense};
+pub use dense::{DENSE_VARIANTS, Io, Sum, dense, dense_defines};
 pub use engram::engram_gate;
 pub use fakequant::{qdq_fp4, qdq_fp8_pow2};
 pub use index::{Candidates, index_scores, index_select};
