@@ -8,19 +8,24 @@
 // Groups row `r` sees: the CPU's `(pos + 1) / ratio` at position pos0 + r.
 __device__ __forceinline__ int visible(int pos0, int r, int ratio) { return (pos0 + r + 1) / ratio; }
 
-// Grid (rows, ceil(cap / blockDim)); dynamic shared: the row's q f32 [heads·hd], then its head weights [heads]. Invisible entries get -inf so every byte of the output is defined; a visible group past the keys is the CPU's zero key.
+// Keys per block (a warp each) and heads per lane (heads ≤ 32·SCORE_MAX_HPL, the launcher checks).
+#define SCORE_WARPS 4
+#define SCORE_MAX_HPL 4
+
+// Grid (rows, ceil(cap / SCORE_WARPS)); dynamic shared: the row's q f32 [heads][hd+1] (padded: lanes read distinct banks), its head weights [heads], one key f32 [hd] per warp. Lane l computes heads l, l+32, … each in the CPU's sequential order; the heads' terms are then summed in head order. Invisible entries get -inf so every byte is defined; a visible group past the keys is the CPU's zero key.
 extern "C" __global__ void index_scores(const unsigned short* __restrict__ q, const unsigned short* __restrict__ w,
                                         const unsigned short* __restrict__ keys, float* __restrict__ scores,
                                         int heads, int hd, int groups, int cap, int pos0, int ratio, float c) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const int r = blockIdx.x, tid = threadIdx.x;
+    const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, qs = hd + 1;
     float* qf = reinterpret_cast<float*>(smem);
-    float* wr = qf + (size_t)heads * hd;
+    float* wr = qf + (size_t)heads * qs;
+    float* kf = wr + heads + (size_t)warp * hd;
     const unsigned short* qrow = q + (size_t)r * heads * hd;
-    for (int i = tid; i < heads * hd; i += blockDim.x) qf[i] = widen(qrow[i]);
+    for (int i = tid; i < heads * hd; i += blockDim.x) qf[(i / hd) * qs + i % hd] = widen(qrow[i]);
     for (int h = tid; h < heads; h += blockDim.x) wr[h] = round_bf16(widen(w[(size_t)r * heads + h]) * c);
     __syncthreads();
-    const int t = blockIdx.y * blockDim.x + tid;
+    const int t = blockIdx.y * SCORE_WARPS + warp;
     if (t >= cap) return;
     float v;
     if (t >= visible(pos0, r, ratio)) {
@@ -29,17 +34,33 @@ extern "C" __global__ void index_scores(const unsigned short* __restrict__ q, co
         v = 0.0f;
     } else {
         const unsigned short* k = keys + (size_t)t * hd;
+        for (int i = lane; i < hd; i += 32) kf[i] = widen(k[i]);
+        __syncwarp();
+        float term[SCORE_MAX_HPL];
+#pragma unroll
+        for (int u = 0; u < SCORE_MAX_HPL; ++u) {
+            const int h = lane + 32 * u;
+            term[u] = 0.0f;
+            if (h < heads) {
+                const float* qh = qf + (size_t)h * qs;
+                // One sequential f32 sum from -0.0 per head, as Rust's `sum` over the zipped products.
+                float dot = -0.0f;
+#pragma unroll 8
+                for (int i = 0; i < hd; ++i) dot += qh[i] * kf[i];
+                term[u] = round_bf16(fmaxf(round_bf16(dot), 0.0f) * wr[h]);
+            }
+        }
         float total = 0.0f;
         for (int h = 0; h < heads; ++h) {
-            const float* qh = qf + (size_t)h * hd;
-            // One sequential f32 sum from -0.0 per head, as Rust's `sum` over the zipped products.
-            float dot = -0.0f;
-            for (int i = 0; i < hd; ++i) dot += qh[i] * widen(k[i]);
-            total += round_bf16(fmaxf(round_bf16(dot), 0.0f) * wr[h]);
+            float mine = term[0];
+#pragma unroll
+            for (int u = 1; u < SCORE_MAX_HPL; ++u)
+                if (h / 32 == u) mine = term[u];
+            total += __shfl_sync(FULL_MASK, mine, h & 31);
         }
         v = round_bf16(total);
     }
-    scores[(size_t)r * cap + t] = v;
+    if (lane == 0) scores[(size_t)r * cap + t] = v;
 }
 
 // f32 bits mapped so unsigned order is Rust's `total_cmp` order (-NaN < -inf < … < -0 < +0 < … < +inf < +NaN).

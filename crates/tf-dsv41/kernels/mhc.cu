@@ -6,16 +6,6 @@
 // The CPU's sigmoid: 1 / (1 + exp(-x)).
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + exp_rn(-x)); }
 
-// The CPU's column normalization: each column over its sum (in row order) plus eps.
-__device__ void normalize_cols(float* c, int hc, float eps) {
-    for (int j = 0; j < hc; ++j) {
-        float s = -0.0f;
-        for (int i = 0; i < hc; ++i) s += c[i * hc + j];
-        s = s + eps;
-        for (int i = 0; i < hc; ++i) c[i * hc + j] /= s;
-    }
-}
-
 // One thread per row: ss[r] = Σ x² in index order, where dense could not sum it alongside the dots.
 extern "C" __global__ void hc_squares(float* __restrict__ ss, const unsigned short* __restrict__ x, int rows, int width) {
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -26,42 +16,69 @@ extern "C" __global__ void hc_squares(float* __restrict__ ss, const unsigned sho
     ss[r] = s;
 }
 
-// One thread per row, in place over that row's raw dots: HcSite::mixes' scaling by 1/sqrt(mean(x²)+norm_eps) (ss: the sequential sum of squares dense wrote), then split_sinkhorn's f32 operations in its order (f32 sums start at -0.0 like Rust's Sum).
-extern "C" __global__ void hc_sinkhorn(float* __restrict__ mix, const float* __restrict__ ss,
-                                       const float* __restrict__ scale, const float* __restrict__ base, int rows, int hc,
-                                       int width, int iters, float norm_eps, float eps) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+// Threads of a hc_sinkhorn block: one per comb element (hc ≤ MHC_MAX_HC).
+#define SINKHORN_THREADS (MHC_MAX_HC * MHC_MAX_HC)
+
+// Replaces c[t] by v once every thread has read c (the CPU updates a row or column only after summing it).
+__device__ __forceinline__ void publish(float* c, int t, int n, float v) {
+    __syncthreads();
+    if (t < n) c[t] = v;
+    __syncthreads();
+}
+
+// One block per row, in place over its raw dots: HcSite::mixes' scaling by 1/sqrt(mean(x²)+norm_eps) (ss: the sequential sum of squares), then split_sinkhorn with thread i·hc+j owning comb[i][j]; each sum runs in the CPU's order (from -0.0, like Rust's Sum), so every element is bit-identical.
+extern "C" __global__ void __launch_bounds__(SINKHORN_THREADS)
+hc_sinkhorn(float* __restrict__ mix, const float* __restrict__ ss, const float* __restrict__ scale,
+            const float* __restrict__ base, int rows, int hc, int width, int iters, float norm_eps, float eps) {
+    __shared__ float c[MHC_MAX_HC * MHC_MAX_HC];
+    const int r = blockIdx.x, t = threadIdx.x, n = hc * hc;
     if (r >= rows) return;
     float* m = mix + (size_t)r * (2 + hc) * hc;
     const float rsqrt = 1.0f / sqrtf(ss[r] / (float)width + norm_eps);
-    for (int k = 0; k < (2 + hc) * hc; ++k) m[k] = m[k] * rsqrt;
-    float pre[MHC_MAX_HC], post[MHC_MAX_HC], c[MHC_MAX_HC * MHC_MAX_HC];
-    for (int i = 0; i < hc; ++i) pre[i] = sigmoid(m[i] * scale[0] + base[i]) + eps;
-    for (int i = 0; i < hc; ++i) post[i] = 2.0f * sigmoid(m[hc + i] * scale[1] + base[hc + i]);
-    for (int k = 0; k < hc * hc; ++k) c[k] = m[2 * hc + k] * scale[2] + base[2 * hc + k];
-    for (int i = 0; i < hc; ++i) {
-        float* row = c + i * hc;
+    const int i = t / hc, j = t % hc;
+    float pre = 0.0f, post = 0.0f;
+    if (t < hc) {
+        pre = sigmoid(m[t] * rsqrt * scale[0] + base[t]) + eps;
+        post = 2.0f * sigmoid(m[hc + t] * rsqrt * scale[1] + base[hc + t]);
+    }
+    float v = t < n ? m[2 * hc + t] * rsqrt * scale[2] + base[2 * hc + t] : 0.0f;
+    publish(c, t, n, v);
+    if (t < n) {
         float mx = __uint_as_float(0xff800000u);
-        for (int j = 0; j < hc; ++j) mx = fmaxf(mx, row[j]);
-        for (int j = 0; j < hc; ++j) row[j] = exp_rn(row[j] - mx);
+        for (int q = 0; q < hc; ++q) mx = fmaxf(mx, c[i * hc + q]);
+        v = exp_rn(v - mx);
+    }
+    publish(c, t, n, v);
+    if (t < n) {
         float s = -0.0f;
-        for (int j = 0; j < hc; ++j) s += row[j];
-        for (int j = 0; j < hc; ++j) row[j] = row[j] / s + eps;
+        for (int q = 0; q < hc; ++q) s += c[i * hc + q];
+        v = v / s + eps;
     }
-    normalize_cols(c, hc, eps);
-    for (int it = 1; it < iters; ++it) {
-        for (int i = 0; i < hc; ++i) {
-            float* row = c + i * hc;
-            float s = -0.0f;
-            for (int j = 0; j < hc; ++j) s += row[j];
-            s = s + eps;
-            for (int j = 0; j < hc; ++j) row[j] /= s;
+    publish(c, t, n, v);
+    for (int it = 0; it < max(iters, 1); ++it) {
+        // Columns after every row pass; from the second pass on, rows first (split_sinkhorn's loop).
+        if (it > 0) {
+            if (t < n) {
+                float s = -0.0f;
+                for (int q = 0; q < hc; ++q) s += c[i * hc + q];
+                s = s + eps;
+                v = v / s;
+            }
+            publish(c, t, n, v);
         }
-        normalize_cols(c, hc, eps);
+        if (t < n) {
+            float s = -0.0f;
+            for (int q = 0; q < hc; ++q) s += c[q * hc + j];
+            s = s + eps;
+            v = v / s;
+        }
+        publish(c, t, n, v);
     }
-    for (int i = 0; i < hc; ++i) m[i] = pre[i];
-    for (int i = 0; i < hc; ++i) m[hc + i] = post[i];
-    for (int k = 0; k < hc * hc; ++k) m[2 * hc + k] = c[k];
+    if (t < hc) {
+        m[t] = pre;
+        m[hc + t] = post;
+    }
+    if (t < n) m[2 * hc + t] = v;
 }
 
 // Grid (rows, ⌈dim/threads⌉): y[r, c] = bf16(Σ_i pre_i · x[r, i, c]), summed in stream order as the CPU does.

@@ -6,8 +6,9 @@ use cudarc::driver::PushKernelArg;
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu};
 
-/// Threads per block of `index_scores`, one group each.
-const SCORE_THREADS: u32 = 128;
+/// Groups per block of `index_scores` (a warp each) and heads per lane (kernels/index.cu SCORE_*).
+const SCORE_WARPS: usize = 4;
+const SCORE_MAX_HPL: usize = 4;
 /// Threads per row of `index_select` (a multiple of 32 for its block scan).
 const SELECT_THREADS: u32 = 512;
 /// Dynamic shared memory a launch may use, leaving room for the kernel's static arrays under 48 KiB.
@@ -47,7 +48,10 @@ pub fn index_scores(
     if rows == 0 || cap == 0 {
         return Ok(());
     }
-    let smem = bytes(OP, &[heads, hd + 1, 4])?;
+    if heads > 32 * SCORE_MAX_HPL {
+        return Err(Error::Launch { op: OP, what: format!("{heads} heads exceed {}", 32 * SCORE_MAX_HPL) });
+    }
+    let smem = bytes(OP, &[heads * (hd + 1) + heads + SCORE_WARPS * hd, 4])?;
     if smem > SMEM_LIMIT {
         let what = format!("{heads} heads × {hd} need {smem} bytes of shared memory, over {SMEM_LIMIT}");
         return Err(Error::Launch { op: OP, what });
@@ -59,7 +63,7 @@ pub fn index_scores(
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(q).arg(w).arg(keys).arg(scores);
     launch.arg(&heads_i).arg(&hd_i).arg(&groups_i).arg(&cap_i).arg(&pos0_i).arg(&ratio_i).arg(&c);
-    let cfg = grid((rows, cap.div_ceil(SCORE_THREADS as usize)), SCORE_THREADS, smem);
+    let cfg = grid((rows, cap.div_ceil(SCORE_WARPS)), (32 * SCORE_WARPS) as u32, smem);
     // SAFETY: arguments match `index_scores(const u16* ×3, float*, int ×6, float)`; sizes checked above.
     unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {rows} rows × {cap} groups"))?;
     Ok(())

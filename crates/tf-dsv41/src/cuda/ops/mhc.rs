@@ -91,7 +91,7 @@ pub fn hc_mixes(
         .arg(&eps)
         .arg(&hc_eps);
     // SAFETY: arguments match `hc_sinkhorn(f32*, const f32*, const f32*, const f32*, int, int, int, int, float, float)`; sizes checked above.
-    unsafe { launch.launch(grid((rows.div_ceil(64), 1), 64, 0)) }
+    unsafe { launch.launch(grid((rows, 1), (MAX_HC * MAX_HC) as u32, 0)) }
         .doing(|| format!("launching {OP} (sinkhorn) on {rows} rows"))?;
     Ok(())
 }
