@@ -10,13 +10,44 @@ pub struct KernelSpec<'a> {
     pub name: &'a str,
     pub source: &'a str,
     pub defines: Vec<(String, String)>,
+    source_hash: u64,
+}
+
+impl<'a> KernelSpec<'a> {
+    /// A spec whose source is hashed here; embedded sources use `KernelSource::spec`, hashed at compile time.
+    pub fn new(name: &'a str, source: &'a str, defines: Vec<(String, String)>) -> KernelSpec<'a> {
+        KernelSpec { name, source, defines, source_hash: source_hash(source) }
+    }
+
+    pub(crate) fn with_hash(name: &'a str, source: &'a str, defines: Vec<(String, String)>, hash: u64) -> Self {
+        KernelSpec { name, source, defines, source_hash: hash }
+    }
+
+    /// [`source_hash`] of the source.
+    pub fn source_hash(&self) -> u64 {
+        self.source_hash
+    }
+}
+
+const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
+
+/// FNV-1a 64 of a source, a `const fn` so embedded kernels are hashed at compile time and a launch never rehashes one.
+pub const fn source_hash(source: &str) -> u64 {
+    let b = source.as_bytes();
+    let (mut h, mut i) = (FNV_OFFSET, 0);
+    while i < b.len() {
+        h = (h ^ b[i] as u64).wrapping_mul(FNV_PRIME);
+        i += 1;
+    }
+    h
 }
 
 /// FNV-1a 64: stable across runs, platforms and Rust versions, unlike `DefaultHasher`.
 fn fnv1a(bytes: impl IntoIterator<Item = u8>, mut h: u64) -> u64 {
     for b in bytes {
         h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01B3);
+        h = h.wrapping_mul(FNV_PRIME);
     }
     h
 }
@@ -25,7 +56,7 @@ fn fnv1a(bytes: impl IntoIterator<Item = u8>, mut h: u64) -> u64 {
 pub fn cache_key(spec: &KernelSpec<'_>, arch: Arch, compiler: &str) -> String {
     let mut defines = spec.defines.clone();
     defines.sort();
-    let mut h = fnv1a(spec.source.bytes(), 0xCBF2_9CE4_8422_2325);
+    let mut h = spec.source_hash;
     for part in
         [arch.to_string(), compiler.to_string()].into_iter().chain(defines.iter().map(|(k, v)| format!("{k}={v}")))
     {

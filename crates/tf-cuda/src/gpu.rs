@@ -7,6 +7,7 @@ use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUgraphInstan
 use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -21,8 +22,29 @@ pub fn default_nvrtc_dirs() -> Vec<PathBuf> {
     ]
 }
 
-/// Functions by (kernel name, entry, defines), each beside the source it was built from.
-type FastFunctions = HashMap<(String, String, Vec<(String, String)>), Vec<(Box<str>, CudaFunction)>>;
+/// Loaded functions by a hash of (source hash, entry, defines); a bucket holds each full key beside its function.
+type FastFunctions = HashMap<u64, Vec<(FastKey, CudaFunction)>>;
+
+/// What a launch asks for: the source by its compile-time hash, the entry and the defines.
+#[derive(Debug, PartialEq)]
+struct FastKey {
+    source_hash: u64,
+    entry: String,
+    defines: Vec<(String, String)>,
+}
+
+impl FastKey {
+    fn matches(&self, spec: &KernelSpec<'_>, entry: &str) -> bool {
+        self.source_hash == spec.source_hash() && self.entry == entry && self.defines == spec.defines
+    }
+}
+
+/// The bucket of (spec, entry), computed without allocating.
+fn fast_hash(spec: &KernelSpec<'_>, entry: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    (spec.source_hash(), entry, &spec.defines).hash(&mut h);
+    h.finish()
+}
 
 /// What the self-check prints about a device.
 #[derive(Clone, Debug)]
@@ -49,7 +71,7 @@ pub struct Gpu {
     cache_dir: PathBuf,
     modules: Mutex<HashMap<String, Arc<CudaModule>>>,
     functions: Mutex<HashMap<(String, String), CudaFunction>>,
-    /// Loaded functions by (kernel name, entry, defines), each with its source: a launch compares sources, never hashes them.
+    /// Loaded functions found by (source hash, entry, defines), so a launch neither hashes nor compares a source.
     by_name: Mutex<FastFunctions>,
     pool: DevicePool,
 }
@@ -135,14 +157,15 @@ impl Gpu {
 
     /// Kernel `entry` of `spec`, compiled through the disk cache once per (spec, arch) and loaded once per process.
     pub fn function(&self, spec: &KernelSpec<'_>, entry: &str) -> Result<CudaFunction, Error> {
-        let fast = (spec.name.to_string(), entry.to_string(), spec.defines.clone());
-        if let Some(list) = lock(&self.by_name).get(&fast)
-            && let Some((_, f)) = list.iter().find(|(src, _)| **src == *spec.source)
+        let bucket = fast_hash(spec, entry);
+        if let Some(list) = lock(&self.by_name).get(&bucket)
+            && let Some((_, f)) = list.iter().find(|(key, _)| key.matches(spec, entry))
         {
             return Ok(f.clone());
         }
         let f = self.function_by_key(spec, entry)?;
-        lock(&self.by_name).entry(fast).or_default().push((spec.source.into(), f.clone()));
+        let key = FastKey { source_hash: spec.source_hash(), entry: entry.to_string(), defines: spec.defines.clone() };
+        lock(&self.by_name).entry(bucket).or_default().push((key, f.clone()));
         Ok(f)
     }
 

@@ -7,24 +7,30 @@ use crate::KernelSpec;
 pub struct KernelSource {
     pub name: &'static str,
     pub source: &'static str,
+    hash: u64,
 }
 
 impl KernelSource {
+    /// An embedded source, hashed at compile time when used in a `const`.
+    pub const fn new(name: &'static str, source: &'static str) -> KernelSource {
+        KernelSource { name, source, hash: crate::cache::source_hash(source) }
+    }
+
     /// This source specialized by `defines` (`-DKEY=VALUE`).
     pub fn spec(&self, defines: &[(&str, &str)]) -> KernelSpec<'static> {
         let defines = defines.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        KernelSpec { name: self.name, source: self.source, defines }
+        KernelSpec::with_hash(self.name, self.source, defines, self.hash)
     }
 }
 
 /// `act_quant_fp8`: bf16 rows to FP8 E4M3 codes with power-of-two scales per 32, bit-exact to the CPU.
-pub const ACT_QUANT: KernelSource = KernelSource { name: "act_quant", source: include_str!("../kernels/act_quant.cu") };
+pub const ACT_QUANT: KernelSource = KernelSource::new("act_quant", include_str!("../kernels/act_quant.cu"));
 
 /// `fp8_gemv`: block-scaled FP8 weights times 1..8 quantized activation rows, in the CPU reference's order.
-pub const FP8_GEMV: KernelSource = KernelSource { name: "fp8_gemv", source: include_str!("../kernels/fp8_gemv.cu") };
+pub const FP8_GEMV: KernelSource = KernelSource::new("fp8_gemv", include_str!("../kernels/fp8_gemv.cu"));
 
 /// `rmsnorm_bf16`: RMSNorm of bf16 rows, one block per row.
-pub const RMSNORM: KernelSource = KernelSource { name: "rmsnorm", source: include_str!("../kernels/rmsnorm.cu") };
+pub const RMSNORM: KernelSource = KernelSource::new("rmsnorm", include_str!("../kernels/rmsnorm.cu"));
 
 /// Every kernel source, in file-name order.
 pub const ALL: [KernelSource; 3] = [ACT_QUANT, FP8_GEMV, RMSNORM];

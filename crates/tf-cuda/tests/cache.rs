@@ -3,11 +3,23 @@
 use tf_cuda::{Arch, KernelSpec, cache_key};
 
 fn spec(src: &str, defines: &[(&str, &str)]) -> KernelSpec<'static> {
-    KernelSpec {
-        name: "rmsnorm",
-        source: Box::leak(src.to_string().into_boxed_str()),
-        defines: defines.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-    }
+    KernelSpec::new(
+        "rmsnorm",
+        Box::leak(src.to_string().into_boxed_str()),
+        defines.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    )
+}
+
+#[test]
+fn compile_time_hash_equals_runtime_hash() {
+    const SRC: &str = "extern \"C\" __global__ void k() {}";
+    const K: tf_cuda::KernelSource = tf_cuda::KernelSource::new("k", SRC);
+    assert_eq!(K.spec(&[]).source_hash(), KernelSpec::new("k", SRC, vec![]).source_hash());
+    assert_ne!(K.spec(&[]).source_hash(), KernelSpec::new("k", "other", vec![]).source_hash());
+    assert_eq!(
+        cache_key(&K.spec(&[]), Arch::Sm90a, "13.0"),
+        cache_key(&KernelSpec::new("k", SRC, vec![]), Arch::Sm90a, "13.0")
+    );
 }
 
 #[test]

@@ -35,7 +35,7 @@ fn every_kernel_compiles_for_every_arch() {
         let name = file.file_stem().unwrap().to_str().unwrap();
         let names = tf_cuda::kernels::entry_names(&source);
         assert!(!names.is_empty(), "{name}.cu has no extern \"C\" __global__ entry");
-        let spec = KernelSpec { name, source: &source, defines: vec![] };
+        let spec = KernelSpec::new(name, &source, vec![]);
         for arch in Arch::ALL {
             let out = nvrtc.compile(&spec, arch).unwrap_or_else(|e| panic!("{e}"));
             assert!(out.cubin.starts_with(b"\x7fELF"), "{name} for {arch}: not a cubin");
@@ -60,8 +60,7 @@ fn specializations_compile() {
 
 #[test]
 fn compile_errors_name_the_kernel_and_carry_the_log() {
-    let spec =
-        KernelSpec { name: "broken", source: "extern \"C\" __global__ void k() { undeclared(); }", defines: vec![] };
+    let spec = KernelSpec::new("broken", "extern \"C\" __global__ void k() { undeclared(); }", vec![]);
     let err = nvrtc().compile(&spec, Arch::Sm121a).unwrap_err();
     assert!(matches!(err, Error::Compile { .. }), "{err:?}");
     let text = err.to_string();

@@ -32,7 +32,7 @@ fn every_kernel_compiles_for_every_arch() {
         let names = tf_cuda::kernels::entry_names(k.source);
         assert!(!names.is_empty(), "{}.cu has no extern \"C\" __global__ entry", k.name);
         for arch in Arch::ALL {
-            let spec = KernelSpec { name: k.name, source: k.source, defines: vec![] };
+            let spec = KernelSpec::new(k.name, k.source, vec![]);
             let out = nvrtc.compile(&spec, arch).unwrap_or_else(|e| panic!("{e}"));
             assert!(out.cubin.starts_with(b"\x7fELF"), "{} for {arch}: not a cubin", k.name);
             for entry in &names {
@@ -52,7 +52,7 @@ fn every_dense_build_compiles() {
     let dense = KERNELS.iter().find(|k| k.name == "dense").expect("dense.cu is listed");
     for variant in tf_dsv41::cuda::ops::DENSE_VARIANTS {
         let defines = tf_dsv41::cuda::ops::dense_defines(variant).map(|(k, v)| (k.to_string(), v)).to_vec();
-        let spec = KernelSpec { name: dense.name, source: dense.source, defines };
+        let spec = KernelSpec::new(dense.name, dense.source, defines);
         for arch in Arch::ALL {
             let out = nvrtc.compile(&spec, arch).unwrap_or_else(|e| panic!("dense {variant:?}: {e}"));
             assert!(out.ptx.contains(".entry dense_xb_wb_yb("), "dense {variant:?} for {arch}: entry missing");

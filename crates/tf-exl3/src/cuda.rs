@@ -7,7 +7,7 @@ use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu, KernelSource, PoolBuf};
 
 /// `fp4_gemv` and `fp4_gemv_routed`: packed E2M1 + E8M0 weights times FP8 activation rows, in the CPU reference's order.
-pub const FP4_GEMV: KernelSource = KernelSource { name: "fp4_gemv", source: include_str!("../kernels/fp4_gemv.cu") };
+pub const FP4_GEMV: KernelSource = KernelSource::new("fp4_gemv", include_str!("../kernels/fp4_gemv.cu"));
 
 /// Every kernel source of this crate, in file-name order (`tests/compile_kernels.rs` checks it lists `kernels/*.cu`).
 pub const KERNELS: [KernelSource; 1] = [FP4_GEMV];
