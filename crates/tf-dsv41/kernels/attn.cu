@@ -22,13 +22,19 @@ __device__ float dot_seq(const float* __restrict__ q, const unsigned short* __re
     float acc = -0.0f;
     if ((((size_t)k) & 15) == 0 && (d & 7) == 0) {
         const uint4* k4 = reinterpret_cast<const uint4*>(k);
-        for (int c = 0; c < d / 8; ++c) {
-            const uint4 v = k4[c];
+        const int n = d / 8;
+        uint4 v = k4[0];
+        // The next 16 bytes load while these eight are added, so the chain does not wait on memory.
+#pragma unroll 4
+        for (int c = 0; c < n; ++c) {
+            const uint4 next = c + 1 < n ? k4[c + 1] : v;
             const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
             for (int i = 0; i < 4; ++i) {
                 acc += q[8 * c + 2 * i] * widen((unsigned short)(w[i] & 0xFFFF));
                 acc += q[8 * c + 2 * i + 1] * widen((unsigned short)(w[i] >> 16));
             }
+            v = next;
         }
     } else {
         for (int c = 0; c < d; ++c) acc += q[c] * widen(k[c]);
@@ -108,9 +114,19 @@ extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, con
         float acc = 0.0f;
         for (int b = 0; b < nblk; ++b) {
             float pv = 0.0f;
-            for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) {
-                if (keys[j]) pv += p[j] * widen(keys[j][c]);
+            const int j1 = min(L, (b + 1) * BLOCK);
+            int j = b * BLOCK;
+            // Eight keys' values load before their adds (in key order), so the chain waits on memory once per eight.
+            for (; j + 8 <= j1; j += 8) {
+                float kv[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) kv[u] = keys[j + u] ? widen(keys[j + u][c]) : 0.0f;
+#pragma unroll
+                for (int u = 0; u < 8; ++u)
+                    if (keys[j + u]) pv += p[j + u] * kv[u];
             }
+            for (; j < j1; ++j)
+                if (keys[j]) pv += p[j] * widen(keys[j][c]);
             acc = acc * rescale[b] + pv;
         }
         orow[c] = bf16_rne(acc / sum_exp);

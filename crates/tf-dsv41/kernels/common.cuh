@@ -56,3 +56,22 @@ __device__ float log1p_rn(float x) {
     if (fabs(xd) < 1.0 / 536870912.0) return (float)(xd - xd * xd / 2.0);
     return (float)ln_f64(1.0 + xd);
 }
+
+// acc + Σ s[i]² for i < n in index order (each product and sum rounded alone); s 16-byte aligned. The next four values load while the current four are added, so the chain runs at the add latency.
+__device__ __forceinline__ float seq_sum_squares(const float* s, int n, float acc) {
+    const float4* s4 = reinterpret_cast<const float4*>(s);
+    const int n4 = n / 4;
+    if (n4 > 0) {
+        float4 a = s4[0];
+#pragma unroll 4
+        for (int q = 0; q < n4; ++q) {
+            const float4 next = q + 1 < n4 ? s4[q + 1] : a;
+            const float p0 = __fmul_rn(a.x, a.x), p1 = __fmul_rn(a.y, a.y);
+            const float p2 = __fmul_rn(a.z, a.z), p3 = __fmul_rn(a.w, a.w);
+            acc = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(acc, p0), p1), p2), p3);
+            a = next;
+        }
+    }
+    for (int i = n4 * 4; i < n; ++i) acc = __fadd_rn(acc, __fmul_rn(s[i], s[i]));
+    return acc;
+}

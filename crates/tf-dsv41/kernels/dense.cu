@@ -153,10 +153,7 @@ __device__ __forceinline__ void tile_sum(const float* w_s, const float* x_s, flo
                                          int to, int lane, int nr, int len) {
     const int steps = FULL ? KT : len;
     if (squares) {
-        if (t < nr) {
-#pragma unroll 16
-            for (int j = 0; j < steps; ++j) acc[0] = __fadd_rn(acc[0], __fmul_rn(x_s[t * KT + j], x_s[t * KT + j]));
-        }
+        if (t < nr) acc[0] = seq_sum_squares(x_s + t * KT, steps, acc[0]);
     } else if (live) {
         const float* wr = w_s + to * STRIDE;
 #pragma unroll 8

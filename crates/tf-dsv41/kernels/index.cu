@@ -22,6 +22,8 @@ extern "C" __global__ void index_scores(const unsigned short* __restrict__ q, co
     float* wr = qf + (size_t)heads * qs;
     float* kf = wr + heads + (size_t)warp * hd;
     const unsigned short* qrow = q + (size_t)r * heads * hd;
+    // Unrolled so a thread's loads of the row are in flight together.
+#pragma unroll 8
     for (int i = tid; i < heads * hd; i += blockDim.x) qf[(i / hd) * qs + i % hd] = widen(qrow[i]);
     for (int h = tid; h < heads; h += blockDim.x) wr[h] = round_bf16(widen(w[(size_t)r * heads + h]) * c);
     __syncthreads();

@@ -1,27 +1,48 @@
 // RMSNorm of bf16 rows as tf_core::ops::rms_norm_bf16 computes it: a sequential f32 sum of squares, then w·(x·r).
 
-// Floats of a row staged in shared memory at a time.
-#define NORM_CHUNK 4096
+// Floats of a row staged in shared memory at a time (a whole row up to this width).
+#define NORM_CHUNK 8192
 
-// One block per row. The CPU sums the squares in index order, so one thread does, from a chunk the block staged in coalesced loads.
+// x[c0 .. c0+len) widened into s: 8 values per 16-byte load where `vec`, else one at a time.
+__device__ __forceinline__ void norm_stage(const bf16_bits* __restrict__ xr, int c0, int len, bool vec, float* s) {
+    if (vec) {
+        for (int v = threadIdx.x; v < len / 8; v += blockDim.x) {
+            const uint4 u = __ldg(reinterpret_cast<const uint4*>(xr + c0) + v);
+            const unsigned p[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                s[8 * v + 2 * i] = __uint_as_float(p[i] << 16);
+                s[8 * v + 2 * i + 1] = __uint_as_float(p[i] & 0xffff0000u);
+            }
+        }
+    } else {
+        for (int c = threadIdx.x; c < len; c += blockDim.x) s[c] = widen(__ldg(xr + c0 + c));
+    }
+}
+
+// One block per row. The CPU sums the squares in index order, so one thread does, from chunks the block staged; a row that fits stays staged for the output pass.
 extern "C" __global__ void rms_norm_seq(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w,
                                         bf16_bits* __restrict__ y, int dim, float eps) {
-    __shared__ float chunk[NORM_CHUNK];
+    __shared__ __align__(16) float chunk[NORM_CHUNK];
     __shared__ float r_s;
     const bf16_bits* xr = x + (size_t)blockIdx.x * dim;
+    bf16_bits* yr = y + (size_t)blockIdx.x * dim;
+    const bool vec = dim % 8 == 0 && ((reinterpret_cast<size_t>(x) | reinterpret_cast<size_t>(w)) & 15) == 0;
     float ss = -0.0f;
     for (int c0 = 0; c0 < dim; c0 += NORM_CHUNK) {
         const int len = min(NORM_CHUNK, dim - c0);
-        for (int c = threadIdx.x; c < len; c += blockDim.x) chunk[c] = widen(__ldg(xr + c0 + c));
+        norm_stage(xr, c0, len, vec, chunk);
         __syncthreads();
-        // Unrolled so the shared loads run ahead of the dependent adds.
-        if (threadIdx.x == 0)
-#pragma unroll 16
-            for (int c = 0; c < len; ++c) ss = __fadd_rn(ss, __fmul_rn(chunk[c], chunk[c]));
+        if (threadIdx.x == 0) ss = seq_sum_squares(chunk, len, ss);
         __syncthreads();
     }
     if (threadIdx.x == 0) r_s = 1.0f / sqrtf(ss / (float)dim + eps);
     __syncthreads();
     const float r = r_s;
-    for (int c = threadIdx.x; c < dim; c += blockDim.x) y[(size_t)blockIdx.x * dim + c] = bf16_rne(widen(w[c]) * (widen(xr[c]) * r));
+    const bool staged = dim <= NORM_CHUNK;
+#pragma unroll 4
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+        const float xv = staged ? chunk[c] : widen(__ldg(xr + c));
+        yr[c] = bf16_rne(widen(__ldg(w + c)) * (xv * r));
+    }
 }

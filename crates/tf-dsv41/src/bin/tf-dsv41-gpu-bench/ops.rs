@@ -124,12 +124,15 @@ pub fn ops_bench(gpu: &Gpu, rows: usize) -> Result<Value, Error> {
             )
         })?;
     report("dense head 129280×5120 bf16, 8 lanes", us, vocab * dim * 2);
-    let nw = noise(gpu, &mut rng, dim * 2)?;
-    let us = 1e3
-        * time(gpu, |g| {
-            let mut o = out.view_mut();
-            ops::rms_norm(g, &x.view(), &nw.view(), &mut o, rows, dim, 1e-6)
-        })?;
-    report("rms_norm 5120", us, dim * 2);
+    // The slope over widths is the cost of one step of the sequential sum of squares; width 8 is the launch floor.
+    let nw = noise(gpu, &mut rng, 4 * dim * 2)?;
+    for width in [8, 1280, dim, 4 * dim] {
+        let us = 1e3
+            * time(gpu, |g| {
+                let mut o = out.view_mut();
+                ops::rms_norm(g, &x.view(), &nw.view(), &mut o, rows, width, 1e-6)
+            })?;
+        report(&format!("rms_norm {width}"), us, width * 2);
+    }
     Ok(Value::Array(results))
 }

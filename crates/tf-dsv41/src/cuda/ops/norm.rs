@@ -6,8 +6,8 @@ use cudarc::driver::PushKernelArg;
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu};
 
-/// Threads that write a row.
-const THREADS: u32 = 128;
+/// Threads that stage and write a row: enough that a 5120-wide row takes one or two loads per thread.
+const THREADS: u32 = 512;
 
 /// y bf16 [rows, dim] = RMSNorm of x bf16 [rows, dim] with weight w bf16 [dim].
 pub fn rms_norm(
