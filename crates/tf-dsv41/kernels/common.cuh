@@ -75,3 +75,17 @@ __device__ __forceinline__ float seq_sum_squares(const float* s, int n, float ac
     for (int i = n4 * 4; i < n; ++i) acc = __fadd_rn(acc, __fmul_rn(s[i], s[i]));
     return acc;
 }
+
+// SumOrder::Lanes32's fold: lane l += lane l ^ m for m = 16, 8, 4, 2, 1; every lane of the warp must call it.
+__device__ __forceinline__ float lanes32_fold(float v) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
+    return v;
+}
+
+// One lane's share of SumOrder::Lanes32 over s[0..n): elements lane, lane+32, … in order (s starts at a multiple of 32).
+__device__ __forceinline__ float lane_sum_squares(const float* s, int n, int lane, float acc) {
+#pragma unroll 8
+    for (int i = lane; i < n; i += 32) acc = __fadd_rn(acc, __fmul_rn(s[i], s[i]));
+    return acc;
+}

@@ -73,6 +73,11 @@ __device__ __forceinline__ void dense_body(const X* __restrict__ x, const W* __r
         for (int r = 0; r < nr; ++r) store(y + (long long)(r0 + r) * n + o, acc[r]);
 }
 
+// How the squares block sums x²: in index order on one thread per row, or in SumOrder::Lanes32 on a warp per row (4 warps, so up to SQUARE_SLOTS rows each).
+#define SQUARES_SEQ 1
+#define SQUARES_WIDE 2
+#define SQUARE_SLOTS ((DENSE_ROWS + 3) / 4)
+
 // The tiled path (k % 8 == 0, x and w 16-byte aligned): a block of TILE_THREADS stages rows of W and x through shared memory in 16-byte loads; each thread keeps its lane's order.
 #define TILE_THREADS 128
 
@@ -149,10 +154,15 @@ __device__ __forceinline__ void tile_stage(const uint4* wv, const uint4* xv, flo
 
 // One staged tile's adds in each lane's order; FULL tiles have a constant trip count so shared loads run ahead of the adds.
 template <int LANES, int KT, int STRIDE, bool FULL>
-__device__ __forceinline__ void tile_sum(const float* w_s, const float* x_s, float* acc, bool squares, bool live, int t,
+__device__ __forceinline__ void tile_sum(const float* w_s, const float* x_s, float* acc, int squares, bool live, int t,
                                          int to, int lane, int nr, int len) {
     const int steps = FULL ? KT : len;
-    if (squares) {
+    if (squares == SQUARES_WIDE) {
+        // Warp v sums rows v, v+4, …: row v+4q in acc[q], its lanes in the CPU's Lanes32 order (KT is a multiple of 32).
+#pragma unroll
+        for (int q = 0; q < SQUARE_SLOTS; ++q)
+            if (q * 4 + t / 32 < nr) acc[q] = lane_sum_squares(x_s + (q * 4 + t / 32) * KT, steps, t % 32, acc[q]);
+    } else if (squares) {
         if (t < nr) acc[0] = seq_sum_squares(x_s + t * KT, steps, acc[0]);
     } else if (live) {
         const float* wr = w_s + to * STRIDE;
@@ -170,7 +180,7 @@ __device__ __forceinline__ void tile_sum(const float* w_s, const float* x_s, flo
 template <int LANES, typename X, typename W>
 __device__ __forceinline__ void tile_step(const X* __restrict__ xt, const W* __restrict__ w, float* w_s, float* x_s,
                                           float* acc, uint4* wv, uint4* xv, int tile, int tiles, long long o0, int n, int k,
-                                          long long ldx, int nr, bool squares) {
+                                          long long ldx, int nr, int squares) {
     using S = TileShape<LANES, X, W>;
     const int t = threadIdx.x, kt0 = tile * S::KT, len = min(S::KT, k - kt0);
     const long long o = o0 + t / LANES;
@@ -186,7 +196,7 @@ __device__ __forceinline__ void tile_step(const X* __restrict__ xt, const W* __r
 // Same sums as dense_body; with ss, the grid's last block instead sums each row's x² in index order into ss (mHC's scale).
 template <int LANES, typename X, typename W, typename Y>
 __device__ __forceinline__ void tiled_body(const X* __restrict__ x, const W* __restrict__ w, Y* __restrict__ y,
-                                           float* __restrict__ ss, int rows, int n, int k, int groups) {
+                                           float* __restrict__ ss, int rows, int n, int k, int groups, int wide) {
     using S = TileShape<LANES, X, W>;
     __shared__ __align__(16) float w_s[S::OUTS * S::STRIDE];
     __shared__ __align__(16) float x_s[DENSE_ROWS * S::KT];
@@ -194,7 +204,7 @@ __device__ __forceinline__ void tiled_body(const X* __restrict__ x, const W* __r
     const long long o0 = (long long)blockIdx.x * S::OUTS, o = o0 + to;
     const int r0 = blockIdx.y * DENSE_ROWS;
     const int nr = min(DENSE_ROWS, rows - r0);
-    const bool squares = ss != nullptr && blockIdx.x == gridDim.x - 1;
+    const int squares = ss != nullptr && blockIdx.x == gridDim.x - 1 ? (wide ? SQUARES_WIDE : SQUARES_SEQ) : 0;
     const int g = squares ? 0 : (int)(o0 / (n / groups));
     const long long ldx = (long long)groups * k;
     const X* xt = x + (long long)r0 * ldx + (long long)g * k;
@@ -209,6 +219,15 @@ __device__ __forceinline__ void tiled_body(const X* __restrict__ x, const W* __r
     for (int tile = 0; tile < tiles; tile += 2) {
         tile_step<LANES, X, W>(xt, w, w_s, x_s, acc, wv0, xv0, tile, tiles, o0, n, k, ldx, nr, squares);
         if (tile + 1 < tiles) tile_step<LANES, X, W>(xt, w, w_s, x_s, acc, wv1, xv1, tile + 1, tiles, o0, n, k, ldx, nr, squares);
+    }
+    if (squares == SQUARES_WIDE) {
+#pragma unroll
+        for (int q = 0; q < SQUARE_SLOTS; ++q) {
+            if (q * 4 + t / 32 >= nr) continue;
+            const float v = lanes32_fold(acc[q]);
+            if (t % 32 == 0) ss[r0 + q * 4 + t / 32] = v;
+        }
+        return;
     }
     if (squares) {
         if (t < nr) ss[r0 + t] = acc[0];
@@ -231,38 +250,38 @@ __device__ __forceinline__ void tiled_body(const X* __restrict__ x, const W* __r
 #else
 #define BOUND_THREADS TILE_THREADS
 #define BOUND_BLOCKS (DENSE_ROWS == 1 ? 3 : 2)
-#define DENSE_ENTRY tiled_body<TILE_LANES>(x, w, y, ss, rows, n, k, groups)
+#define DENSE_ENTRY tiled_body<TILE_LANES>(x, w, y, ss, rows, n, k, groups, wide)
 #endif
 
 extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
-dense_xb_wb_yb(const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+dense_xb_wb_yb(const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes, int wide) {
     DENSE_ENTRY;
 }
 extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
-dense_xb_wb_yf(const bf16_bits* x, const bf16_bits* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+dense_xb_wb_yf(const bf16_bits* x, const bf16_bits* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes, int wide) {
     DENSE_ENTRY;
 }
 extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
-dense_xb_wf_yb(const bf16_bits* x, const float* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+dense_xb_wf_yb(const bf16_bits* x, const float* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes, int wide) {
     DENSE_ENTRY;
 }
 extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
-dense_xb_wf_yf(const bf16_bits* x, const float* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+dense_xb_wf_yf(const bf16_bits* x, const float* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes, int wide) {
     DENSE_ENTRY;
 }
 extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
-dense_xf_wb_yb(const float* x, const bf16_bits* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+dense_xf_wb_yb(const float* x, const bf16_bits* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes, int wide) {
     DENSE_ENTRY;
 }
 extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
-dense_xf_wb_yf(const float* x, const bf16_bits* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+dense_xf_wb_yf(const float* x, const bf16_bits* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes, int wide) {
     DENSE_ENTRY;
 }
 extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
-dense_xf_wf_yb(const float* x, const float* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+dense_xf_wf_yb(const float* x, const float* w, bf16_bits* y, float* ss, int rows, int n, int k, int groups, int lanes, int wide) {
     DENSE_ENTRY;
 }
 extern "C" __global__ void __launch_bounds__(BOUND_THREADS, BOUND_BLOCKS)
-dense_xf_wf_yf(const float* x, const float* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes) {
+dense_xf_wf_yf(const float* x, const float* w, float* y, float* ss, int rows, int n, int k, int groups, int lanes, int wide) {
     DENSE_ENTRY;
 }

@@ -6,14 +6,20 @@
 // The CPU's sigmoid: 1 / (1 + exp(-x)).
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + exp_rn(-x)); }
 
-// One thread per row: ss[r] = Σ x² in index order, where dense could not sum it alongside the dots.
-extern "C" __global__ void hc_squares(float* __restrict__ ss, const unsigned short* __restrict__ x, int rows, int width) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+// A warp per row: ss[r] = Σ x² in the CPU's SumOrder (index order on lane 0, or wide: 32 lanes and their fold), where dense could not sum it.
+extern "C" __global__ void hc_squares(float* __restrict__ ss, const unsigned short* __restrict__ x, int rows, int width,
+                                      int wide) {
+    const int r = blockIdx.x, lane = threadIdx.x;
     if (r >= rows) return;
     const unsigned short* xr = x + (size_t)r * width;
     float s = -0.0f;
-    for (int i = 0; i < width; ++i) s += widen(xr[i]) * widen(xr[i]);
-    ss[r] = s;
+    if (wide) {
+        for (int i = lane; i < width; i += 32) s = __fadd_rn(s, __fmul_rn(widen(xr[i]), widen(xr[i])));
+        s = lanes32_fold(s);
+    } else if (lane == 0) {
+        for (int i = 0; i < width; ++i) s += widen(xr[i]) * widen(xr[i]);
+    }
+    if (lane == 0) ss[r] = s;
 }
 
 // Threads of a hc_sinkhorn block: one per comb element (hc ≤ MHC_MAX_HC).

@@ -20,9 +20,9 @@ __device__ __forceinline__ void norm_stage(const bf16_bits* __restrict__ xr, int
     }
 }
 
-// One block per row. The CPU sums the squares in index order, so one thread does, from chunks the block staged; a row that fits stays staged for the output pass.
+// One block per row. The sum of squares runs in the CPU's SumOrder: index order on one thread, or (wide) warp 0's 32 lanes then their fold; from chunks the block staged; a row that fits stays staged for the output pass.
 extern "C" __global__ void rms_norm_seq(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w,
-                                        bf16_bits* __restrict__ y, int dim, float eps) {
+                                        bf16_bits* __restrict__ y, int dim, float eps, int wide) {
     __shared__ __align__(16) float chunk[NORM_CHUNK];
     __shared__ float r_s;
     const bf16_bits* xr = x + (size_t)blockIdx.x * dim;
@@ -33,9 +33,11 @@ extern "C" __global__ void rms_norm_seq(const bf16_bits* __restrict__ x, const b
         const int len = min(NORM_CHUNK, dim - c0);
         norm_stage(xr, c0, len, vec, chunk);
         __syncthreads();
-        if (threadIdx.x == 0) ss = seq_sum_squares(chunk, len, ss);
+        if (wide && threadIdx.x < 32) ss = lane_sum_squares(chunk, len, threadIdx.x, ss);
+        else if (!wide && threadIdx.x == 0) ss = seq_sum_squares(chunk, len, ss);
         __syncthreads();
     }
+    if (wide && threadIdx.x < 32) ss = lanes32_fold(ss);
     if (threadIdx.x == 0) r_s = 1.0f / sqrtf(ss / (float)dim + eps);
     __syncthreads();
     const float r = r_s;

@@ -47,11 +47,25 @@ pub fn load_bf16_vec(ck: &Checkpoint, name: &str, len: usize) -> Result<Vec<bf16
     Ok(load_vec(ck, name, len)?.into_iter().map(to_bf16).collect())
 }
 
+/// How every RMSNorm of a model runs: its eps and the order of its sum of squares (`Config::norm`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Norm {
+    pub eps: f32,
+    pub sums: tf_core::ops::SumOrder,
+}
+
+impl Norm {
+    /// The reference contract: a sequential sum of squares.
+    pub fn sequential(eps: f32) -> Norm {
+        Norm { eps, sums: tf_core::ops::SumOrder::Sequential }
+    }
+}
+
 /// RMSNorm over each `dim`-row of `x` (reference `RMSNorm`: f32 statistics, bf16 out).
-pub fn rms_norm_rows(x: &[bf16], w: &[bf16], eps: f32) -> Vec<bf16> {
+pub fn rms_norm_rows(x: &[bf16], w: &[bf16], norm: Norm) -> Vec<bf16> {
     let mut out = vec![bf16::ZERO; x.len()];
     for (o, r) in out.chunks_exact_mut(w.len()).zip(x.chunks_exact(w.len())) {
-        tf_core::ops::rms_norm_bf16(r, w, eps, o);
+        tf_core::ops::rms_norm_bf16_in(r, w, norm.eps, norm.sums, o);
     }
     out
 }

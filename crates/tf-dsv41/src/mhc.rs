@@ -2,10 +2,10 @@
 
 use tf_core::formats::to_bf16;
 use tf_core::ops::math::exp;
-use tf_core::ops::matmul_nt;
+use tf_core::ops::{matmul_nt, sum_squares};
 use tf_core::{Checkpoint, Result, bf16};
 
-use crate::linear::{Dense, load_vec};
+use crate::linear::{Dense, Norm, load_vec};
 
 /// One site's parameters (`hc_attn_*` or `hc_ffn_*`): `fn` `[(2+n)·n, n·dim]`, `scale` `[3]`, `base` `[(2+n)·n]`.
 #[derive(Clone, Debug)]
@@ -34,15 +34,15 @@ impl HcSite {
     }
 
     /// `hc_mixes` for every row of the stream state `x` (`rows × n·dim` bf16).
-    pub fn mixes(&self, x: &[bf16], rows: usize, hc: usize, iters: usize, eps: f32, hc_eps: f32) -> Vec<HcMix> {
+    pub fn mixes(&self, x: &[bf16], rows: usize, hc: usize, iters: usize, norm: Norm, hc_eps: f32) -> Vec<HcMix> {
         let width = self.func.inp;
         let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
         let raw = matmul_nt(&xf, &self.func.w, rows, self.func.out, width);
         (0..rows)
             .map(|r| {
                 let row = &xf[r * width..(r + 1) * width];
-                let ms = row.iter().map(|v| v * v).sum::<f32>() / width as f32;
-                let rsqrt = 1.0 / (ms + eps).sqrt();
+                let ms = sum_squares(row.iter().copied(), norm.sums) / width as f32;
+                let rsqrt = 1.0 / (ms + norm.eps).sqrt();
                 let m: Vec<f32> = raw[r * self.func.out..(r + 1) * self.func.out].iter().map(|v| v * rsqrt).collect();
                 split_sinkhorn(&m, &self.scale, &self.base, hc, iters, hc_eps)
             })

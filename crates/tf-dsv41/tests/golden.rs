@@ -39,10 +39,10 @@ fn top5(v: &[f32]) -> Vec<u32> {
 }
 
 /// Runs every prompt of a fixture, feeding the reference's greedy tokens, and compares each row.
-fn compare(name: &str, quirks: Quirks, dir: &Path) -> Vec<RowCmp> {
+fn compare(name: &str, quirks: Quirks, wide_sums: bool, dir: &Path) -> Vec<RowCmp> {
     let (json, logits) = fixture(name);
     let vocab = json["logits"]["shape"][1].as_u64().unwrap() as usize;
-    let model = Model::load(dir, Options { replay: false, quirks, ..Options::default() }).unwrap();
+    let model = Model::load(dir, Options { replay: false, quirks, wide_sums, ..Options::default() }).unwrap();
     let mut out = Vec::new();
     for (pi, p) in json["prompts"].as_array().unwrap().iter().enumerate() {
         let ids: Vec<u32> = p["prompt"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
@@ -84,43 +84,59 @@ fn check_checkpoint(json: &Value, dir: &Path) {
     }
 }
 
-/// Every row where our greedy token differs from the reference's: (prompt, row, ours, theirs, each in the other's top 5).
-fn run_variant(name: &str, stale: bool) -> Vec<Diverged> {
+/// Every row where our greedy token differs from the reference's: (prompt, row, ours, theirs, each in the other's top 5); fails on a row whose token is over TOL/2 below the reference's best.
+fn run_variant(name: &str, stale: bool, wide_sums: bool) -> Vec<Diverged> {
+    let (diverged, far) = variant_rows(name, stale, wide_sums);
+    assert!(far.is_empty(), "{name}: greedy tokens more than {} below the reference's best: {far:?}", TOL / 2.0);
+    diverged
+}
+
+/// The gate's statistics asserted; the divergences, and those over TOL/2 below the reference's best as (prompt, row, gap), returned.
+fn variant_rows(name: &str, stale: bool, wide_sums: bool) -> (Vec<Diverged>, Vec<(usize, usize, f32)>) {
     let d = tempfile::tempdir().unwrap();
     write_checkpoint(TinyKind::Tiny, 0, d.path()).unwrap();
     check_checkpoint(&fixture(name).0, d.path());
-    let rows = compare(name, Quirks { stale_index_keys: stale }, d.path());
+    let rows = compare(name, Quirks { stale_index_keys: stale }, wide_sums, d.path());
     let mut sorted: Vec<f32> = rows.iter().map(|r| r.max_abs).collect();
     sorted.sort_by(f32::total_cmp);
     let (median, p90, worst) = (sorted[sorted.len() / 2], sorted[sorted.len() * 9 / 10], sorted[sorted.len() - 1]);
-    eprintln!("{name}: {} rows, max|Δ| median {median} p90 {p90} worst {worst}", rows.len());
+    eprintln!("{name} (wide sums {wide_sums}): {} rows, max|Δ| median {median} p90 {p90} worst {worst}", rows.len());
     assert!(worst <= TOL && median <= 0.5 && p90 <= 1.0, "{name}: median {median} p90 {p90} worst {worst}");
-    let mut diverged = Vec::new();
+    let (mut diverged, mut far) = (Vec::new(), Vec::new());
     for c in rows.iter().filter(|c| c.ours != c.theirs) {
         let gap = c.reference[c.theirs as usize] - c.reference[c.ours as usize];
-        assert!(
-            gap <= TOL / 2.0,
-            "{name} prompt {} row {}: ours {} is {gap} below the reference's best",
-            c.prompt,
-            c.row,
-            c.ours
-        );
+        if gap > TOL / 2.0 {
+            far.push((c.prompt, c.row, gap));
+        }
         let top5 = c.ours5.contains(&c.theirs) && c.theirs5.contains(&c.ours);
         diverged.push((c.prompt, c.row, c.ours, c.theirs, top5));
     }
-    eprintln!("{name} diverged: {diverged:?}");
-    diverged
+    eprintln!("{name} diverged: {diverged:?}; over {} below the best: {far:?}", TOL / 2.0);
+    (diverged, far)
 }
 
 #[test]
 fn golden_owner_keys_variant() {
-    assert_eq!(run_variant("tiny_seed0_owner_keys", false), OWNER_KEYS_NEAR_TIES);
+    assert_eq!(run_variant("tiny_seed0_owner_keys", false, false), OWNER_KEYS_NEAR_TIES);
 }
 
 #[test]
 fn golden_reference_variant_with_the_stale_key_quirk() {
-    assert_eq!(run_variant("tiny_seed0_reference", true), REFERENCE_NEAR_TIES);
+    assert_eq!(run_variant("tiny_seed0_reference", true, false), REFERENCE_NEAR_TIES);
 }
+
+/// The wide-sum switch (tier 2) against the gate declared before measuring (docs/perf.md run 7): the statistics hold, but rows listed here put our token over TOL/2 below the reference's, so the switch stays off by default.
+#[test]
+fn golden_gate_with_wide_sums() {
+    let mut far = Vec::new();
+    for (name, stale) in [("tiny_seed0_owner_keys", false), ("tiny_seed0_reference", true)] {
+        far.extend(variant_rows(name, stale, true).1.into_iter().map(|(p, r, _)| (name, p, r)));
+    }
+    assert_eq!(far, WIDE_SUMS_OVER_GAP);
+}
+
+/// (fixture, prompt, row) where the wide-sum switch's greedy token is over TOL/2 below the reference's best.
+const WIDE_SUMS_OVER_GAP: &[(&str, usize, usize)] = &[("tiny_seed0_owner_keys", 3, 35)];
 
 type Diverged = (usize, usize, u32, u32, bool);
 

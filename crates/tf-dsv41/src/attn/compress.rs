@@ -1,7 +1,7 @@
 //! The compressor (dsv41 §6.4) and index keys (§6.5): pooled latents per group, RoPE'd and FP4 fake-quantized.
 
 use super::{AttnWeights, rope_bf16};
-use crate::linear::rms_norm_rows;
+use crate::linear::{Norm, rms_norm_rows};
 use crate::rope::Rope;
 use crate::state::CompressedCache;
 use tf_core::bf16;
@@ -9,7 +9,14 @@ use tf_core::formats::{Fp4Scale, qdq_fp4, to_bf16};
 
 impl AttnWeights {
     /// Feeds normed attention inputs at positions `pos0..` to the compressor; returns how many groups completed.
-    pub fn compress_rows(&self, x: &[bf16], pos0: usize, cache: &mut CompressedCache, rope: &Rope, eps: f32) -> usize {
+    pub fn compress_rows(
+        &self,
+        x: &[bf16],
+        pos0: usize,
+        cache: &mut CompressedCache,
+        rope: &Rope,
+        norm: Norm,
+    ) -> usize {
         let c = self.compressor.as_ref().expect("compress is only called on KV sources");
         let (ratio, d) = (self.ratio, c.wkv.out);
         let rows = x.len() / c.wkv.inp;
@@ -32,10 +39,10 @@ impl AttnWeights {
         if groups == 0 {
             return 0;
         }
-        let latents = rms_norm_rows(&pooled, &c.norm, eps);
+        let latents = rms_norm_rows(&pooled, &c.norm, norm);
         let first_group = cache.latents.len();
         if let Some(k) = &self.index_keys {
-            let keys = rms_norm_rows(&k.wk.forward_bf16(&latents, groups), &k.norm, eps);
+            let keys = rms_norm_rows(&k.wk.forward_bf16(&latents, groups), &k.norm, norm);
             for (g, key) in keys.chunks_exact(k.wk.out).enumerate() {
                 let mut key = key.to_vec();
                 rope_bf16(&mut key, rope, (first_group + g) * ratio, false);

@@ -11,7 +11,7 @@ pub use index::{Shared, apply_candidates, candidate_mask, head_weights, index_sc
 pub use load::{AttnWeights, Compressor, IndexKeys, Indexer};
 
 use crate::config::{AttnMode, LayerRole};
-use crate::linear::rms_norm_rows;
+use crate::linear::{Norm, rms_norm_rows};
 use crate::rope::Rope;
 use crate::state::SeqState;
 use index::IndexInput;
@@ -39,7 +39,7 @@ pub struct Quirks {
 pub struct AttnCall<'a> {
     pub role: &'a LayerRole,
     pub rope: &'a Rope,
-    pub eps: f32,
+    pub norm: Norm,
     pub pos0: usize,
     /// False on the replay pass, where the compressor already ran over every prompt row.
     pub run_compressor: bool,
@@ -51,17 +51,17 @@ impl AttnWeights {
     pub fn forward(&self, x: &[bf16], call: &AttnCall<'_>, st: &mut SeqState, shared: &mut Shared) -> Vec<bf16> {
         let (role, rope, pos0) = (call.role, call.rope, call.pos0);
         if role.is_dspark {
-            return self.forward_draft(x, pos0, &st.windows[role.layer], rope, call.eps);
+            return self.forward_draft(x, pos0, &st.windows[role.layer], rope, call.norm);
         }
         let rows = x.len() / self.wq_a.in_features();
         let (heads, d) = (self.n_heads, self.head_dim);
         let xq = QuantActs::new(x, rows, self.wq_a.in_features());
-        let qr = rms_norm_rows(&self.wq_a.forward_acts(x, &xq), &self.q_norm, call.eps);
+        let qr = rms_norm_rows(&self.wq_a.forward_acts(x, &xq), &self.q_norm, call.norm);
         let mut q = self.wq_b.forward(&qr, rows);
         for (r, row) in q.chunks_exact_mut(heads * d).enumerate() {
             row.chunks_exact_mut(d).for_each(|h| rope_bf16(h, rope, pos0 + r, false));
         }
-        let mut kv = rms_norm_rows(&self.wkv.forward_acts(x, &xq), &self.kv_norm, call.eps);
+        let mut kv = rms_norm_rows(&self.wkv.forward_acts(x, &xq), &self.kv_norm, call.norm);
         for (r, row) in kv.chunks_exact_mut(d).enumerate() {
             rope_bf16(row, rope, pos0 + r, false);
             qdq_fp8_pow2(row, 32);
@@ -115,7 +115,7 @@ impl AttnWeights {
         let mut emitted = 0;
         if role.is_kv_source && call.run_compressor {
             let cache = st.compressed[role.layer].as_mut().expect("KV sources have a cache");
-            emitted = self.compress_rows(x, call.pos0, cache, call.rope, call.eps);
+            emitted = self.compress_rows(x, call.pos0, cache, call.rope, call.norm);
         }
         if !role.is_index_source {
             let owner = role.sel_owner.expect("compressed layers have a selection owner");

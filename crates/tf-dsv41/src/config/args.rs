@@ -77,6 +77,9 @@ pub struct Config {
     pub dspark_n_activated_experts: usize,
     pub bos_token_id: u32,
     pub eos_token_id: u32,
+    /// Not from config.json: the sum order of RMSNorm and mHC's x², set from `Options::wide_sums` at load.
+    #[serde(skip)]
+    pub sums: tf_core::ops::SumOrder,
 }
 
 impl Default for Config {
@@ -154,6 +157,7 @@ impl Default for Config {
             dspark_n_activated_experts: 0,
             bos_token_id: 0,
             eos_token_id: 1,
+            sums: tf_core::ops::SumOrder::Sequential,
         }
     }
 }
@@ -174,5 +178,10 @@ impl Config {
     /// Backbone plus DSpark stages.
     pub fn total_layers(&self) -> usize {
         self.n_layers + self.n_mtp_layers
+    }
+
+    /// How this model's RMSNorms run.
+    pub fn norm(&self) -> crate::linear::Norm {
+        crate::linear::Norm { eps: self.norm_eps, sums: self.sums }
     }
 }

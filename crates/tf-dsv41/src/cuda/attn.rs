@@ -13,7 +13,7 @@ impl GpuModel {
     /// RMSNorm of `rows` bf16 rows of `dim` into a new buffer.
     pub(crate) fn norm(&self, x: &Buf, w: &Buf, rows: usize, dim: usize) -> Result<Buf, Error> {
         let mut y = self.gpu.pool().take(rows * dim * 2)?;
-        ops::rms_norm(self.gpu, &x.view(), &w.view(), &mut y.view_mut(), rows, dim, self.cfg().norm_eps)?;
+        ops::rms_norm(self.gpu, &x.view(), &w.view(), &mut y.view_mut(), rows, dim, self.cfg().norm())?;
         Ok(y)
     }
 

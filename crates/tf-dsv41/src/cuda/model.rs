@@ -310,7 +310,7 @@ impl GpuModel {
         let cfg = self.cfg();
         let hc = cfg.hc_mult;
         let mut mix = self.gpu.pool().take(rows * (2 + hc) * hc * 4)?;
-        let (iters, eps, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.norm_eps, cfg.hc_eps);
+        let (iters, norm, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.norm(), cfg.hc_eps);
         ops::hc_mixes(
             self.gpu,
             &x.view(),
@@ -320,7 +320,7 @@ impl GpuModel {
             &mut mix.view_mut(),
             (rows, hc, cfg.dim),
             iters,
-            eps,
+            norm,
             hc_eps,
         )?;
         Ok(mix)

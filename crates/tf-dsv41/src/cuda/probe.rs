@@ -63,7 +63,7 @@ impl GpuModel {
             .cpu
             .as_ref()
             .ok_or_else(|| tf_core::Error::Invalid("the probe needs a model loaded from a checkpoint".into()))?;
-        let (hc, dim, eps, rows) = (cfg.hc_mult, cfg.dim, cfg.norm_eps, tokens.len());
+        let (hc, dim, norm, rows) = (cfg.hc_mult, cfg.dim, cfg.norm(), tokens.len());
         let (iters, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.hc_eps);
         let mut st = cpu.new_state();
         let mut lane = self.new_lane().map_err(cuda)?;
@@ -93,7 +93,7 @@ impl GpuModel {
                 row(format!("L{l} engram"), self.down(&gs.x)?, &f32s(&s.x));
             }
             let gs = self.up_streams(&s)?;
-            let mix_a = b.hc_attn.mixes(&s.x, rows, hc, iters, eps, hc_eps);
+            let mix_a = b.hc_attn.mixes(&s.x, rows, hc, iters, norm, hc_eps);
             let gmix = self.mixes(&gb.hc_attn, &gs.x, rows).map_err(cuda)?;
             row(format!("L{l} hc_attn mixes"), self.gpu.download(&gmix).map_err(cuda)?, &flat(&mix_a));
             let a_in = b.attn_input(&s, &cfg);
@@ -101,7 +101,7 @@ impl GpuModel {
             let acall = AttnCall {
                 role: &b.role,
                 rope: bcall.rope,
-                eps,
+                norm,
                 pos0: 0,
                 run_compressor: true,
                 quirks: cpu.opts.quirks,
@@ -119,14 +119,14 @@ impl GpuModel {
             let f_pre: Vec<bf16> = (0..rows)
                 .flat_map(|r| crate::mhc::hc_pre(&x[r * width..(r + 1) * width], &mix_a[r].pre, dim))
                 .collect();
-            let normed = rms_norm_rows(&f_pre, &b.ffn_norm, eps);
+            let normed = rms_norm_rows(&f_pre, &b.ffn_norm, norm);
             let f = b.ffn.forward(&normed, rows);
             row(
                 format!("L{l} moe"),
                 self.down(&self.moe(&gb.ffn, &self.up(&normed)?, rows).map_err(cuda)?)?,
                 &f32s(&f),
             );
-            let mix_f = b.hc_ffn.mixes(&x, rows, hc, iters, eps, hc_eps);
+            let mix_f = b.hc_ffn.mixes(&x, rows, hc, iters, norm, hc_eps);
             let gmf = self.mixes(&gb.hc_ffn, &self.up(&x)?, rows).map_err(cuda)?;
             row(format!("L{l} hc_ffn mixes"), self.gpu.download(&gmf).map_err(cuda)?, &flat(&mix_f));
             s.x = (0..rows)

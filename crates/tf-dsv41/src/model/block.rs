@@ -88,7 +88,7 @@ impl Block {
 
     /// The normed attention input of every row: `attn_norm(hc_pre(X, pre))`.
     pub fn attn_input(&self, s: &Streams, cfg: &Config) -> Vec<bf16> {
-        rms_norm_rows(&s.collapse(cfg.hc_mult, cfg.dim), &self.attn_norm, cfg.norm_eps)
+        rms_norm_rows(&s.collapse(cfg.hc_mult, cfg.dim), &self.attn_norm, cfg.norm())
     }
 
     /// Adds this layer's Engram to the streams; it runs before the block's mixes and before DSpark taps (pitfall 4).
@@ -103,15 +103,15 @@ impl Block {
     /// Attention then MoE between hc collapse and expand, on `s` in place.
     pub fn forward(&self, s: &mut Streams, call: &BlockCall<'_>, st: &mut SeqState, shared: &mut Shared) {
         let cfg = call.cfg;
-        let (hc, dim, eps) = (cfg.hc_mult, cfg.dim, cfg.norm_eps);
+        let (hc, dim, norm) = (cfg.hc_mult, cfg.dim, cfg.norm());
         let rows = s.pre.len();
         let (iters, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.hc_eps);
-        let mix_a = self.hc_attn.mixes(&s.x, rows, hc, iters, eps, hc_eps);
+        let mix_a = self.hc_attn.mixes(&s.x, rows, hc, iters, norm, hc_eps);
         let a_in = self.attn_input(s, cfg);
         let attn_call = AttnCall {
             role: &self.role,
             rope: call.rope,
-            eps,
+            norm,
             pos0: call.pos0,
             run_compressor: call.run_compressor,
             quirks: call.quirks,
@@ -121,10 +121,10 @@ impl Block {
         let mut x: Vec<bf16> = (0..rows)
             .flat_map(|r| hc_post(&a[r * dim..(r + 1) * dim], &s.x[r * width..(r + 1) * width], &mix_a[r], dim))
             .collect();
-        let mix_f = self.hc_ffn.mixes(&x, rows, hc, iters, eps, hc_eps);
+        let mix_f = self.hc_ffn.mixes(&x, rows, hc, iters, norm, hc_eps);
         let f_pre: Vec<bf16> =
             (0..rows).flat_map(|r| hc_pre(&x[r * width..(r + 1) * width], &mix_a[r].pre, dim)).collect();
-        let f = self.ffn.forward(&rms_norm_rows(&f_pre, &self.ffn_norm, eps), rows);
+        let f = self.ffn.forward(&rms_norm_rows(&f_pre, &self.ffn_norm, norm), rows);
         x = (0..rows)
             .flat_map(|r| hc_post(&f[r * dim..(r + 1) * dim], &x[r * width..(r + 1) * width], &mix_f[r], dim))
             .collect();

@@ -62,10 +62,10 @@ impl Model {
             .flat_map(|r| taps.iter().flat_map(move |t| t[r * dim..(r + 1) * dim].iter().copied()))
             .collect();
         let n = rows - first;
-        let main_x = rms_norm_rows(&ds.main_proj.forward(&hidden, n), &ds.main_norm, self.cfg.norm_eps);
+        let main_x = rms_norm_rows(&ds.main_proj.forward(&hidden, n), &ds.main_norm, self.cfg.norm());
         let rope = self.rope(RopeKind::Plain);
         for stage in &ds.stages {
-            let kv = stage.attn.window_kv(&main_x, pos0 + first, rope, self.cfg.norm_eps);
+            let kv = stage.attn.window_kv(&main_x, pos0 + first, rope, self.cfg.norm());
             for (r, row) in kv.chunks_exact(self.cfg.head_dim).enumerate() {
                 st.windows[stage.role.layer].put(pos0 + first + r, row.to_vec());
             }
@@ -102,7 +102,7 @@ impl Model {
         }
         let (hc, dim) = (self.cfg.hc_mult, self.cfg.dim);
         let y = s.collapse(hc, dim);
-        let normed: Vec<f32> = rms_norm_rows(&y, &ds.norm, self.cfg.norm_eps).iter().map(|v| v.to_f32()).collect();
+        let normed: Vec<f32> = rms_norm_rows(&y, &ds.norm, self.cfg.norm()).iter().map(|v| v.to_f32()).collect();
         let logits = self.head.forward_f32(&normed, block);
         let vocab = self.cfg.vocab_size;
         let mut out = vec![next];

@@ -75,7 +75,7 @@ impl Model {
     pub fn logits(&self, s: &Streams) -> Vec<Vec<f32>> {
         let collapsed = s.collapse(self.cfg.hc_mult, self.cfg.dim);
         let normed: Vec<f32> =
-            rms_norm_rows(&collapsed, &self.norm, self.cfg.norm_eps).iter().map(|v| v.to_f32()).collect();
+            rms_norm_rows(&collapsed, &self.norm, self.cfg.norm()).iter().map(|v| v.to_f32()).collect();
         let rows = s.pre.len();
         self.head.forward_f32(&normed, rows).chunks_exact(self.cfg.vocab_size).map(<[f32]>::to_vec).collect()
     }
@@ -111,7 +111,7 @@ impl Model {
         if b.role.is_kv_source {
             let a_in = b.attn_input(&s, &self.cfg);
             let cache = st.compressed[split].as_mut().expect("KV sources have a cache");
-            b.attn.compress_rows(&a_in, pos0, cache, self.rope(b.role.rope), self.cfg.norm_eps);
+            b.attn.compress_rows(&a_in, pos0, cache, self.rope(b.role.rope), self.cfg.norm());
         }
         st.pos += tokens.len();
         self.buffer_replay(st, pos0, s, ids);

@@ -28,11 +28,13 @@ pub struct Options {
     pub quirks: Quirks,
     /// Engram rows from the mapped tensors (`None`) or from the shards through `tf_engram::FileTable` in this mode.
     pub engram_io: Option<tf_engram::IoMode>,
+    /// Tier-2 numerics switch, off by default: RMSNorm and mHC's x² sum in 32 lanes and a fixed fold (`SumOrder::Lanes32`).
+    pub wide_sums: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { replay: true, quirks: Quirks::default(), engram_io: None }
+        Options { replay: true, quirks: Quirks::default(), engram_io: None, wide_sums: false }
     }
 }
 
@@ -76,7 +78,10 @@ impl Model {
         Model::from_checkpoint(&ck, cfg, dir, opts)
     }
 
-    pub fn from_checkpoint(ck: &Checkpoint, cfg: Config, dir: &Path, opts: Options) -> Result<Model> {
+    pub fn from_checkpoint(ck: &Checkpoint, mut cfg: Config, dir: &Path, opts: Options) -> Result<Model> {
+        if opts.wide_sums {
+            cfg.sums = tf_core::ops::SumOrder::Lanes32;
+        }
         let split = cfg.n_layers / 2;
         if opts.replay && cfg.kv_source_layers.iter().any(|&s| s > split) {
             return Err(Error::Invalid(

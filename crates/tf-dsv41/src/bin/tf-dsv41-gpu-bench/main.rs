@@ -62,7 +62,12 @@ fn run() -> Result<Value, String> {
         Value::Null
     };
     gpu.pool().release_free();
-    let cfg = flash_config(layers).map_err(fail)?;
+    let mut cfg = flash_config(layers).map_err(fail)?;
+    // TF_BENCH_WIDE=1 times the tier-2 wide-sum switch (RMSNorm and mHC x² in 32 lanes).
+    if env("TF_BENCH_WIDE", 0) == 1 {
+        cfg.sums = tf_core::ops::SumOrder::Lanes32;
+    }
+    println!("[bench] sum order {:?}", cfg.sums);
     let t = Instant::now();
     let model = GpuModel::synthetic(cfg.clone(), gpu, 0x5EED).map_err(fail)?;
     let all: usize = (0..layers).map(|l| model.block_weight_bytes(l)).map(|(r, e)| r + e * cfg.n_routed_experts).sum();

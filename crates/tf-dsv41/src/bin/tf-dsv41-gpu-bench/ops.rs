@@ -1,10 +1,12 @@
 //! Single ops at the flash shapes of a decode row, each timed by events (median of 20 after 3 warm runs).
 
 use serde_json::{Value, json};
+use tf_core::ops::SumOrder;
 use tf_core::rng::SplitMix64;
 use tf_cuda::timing::median;
 use tf_cuda::{Error, Gpu};
 use tf_dsv41::cuda::ops::{self, Io, Sum};
+use tf_dsv41::linear::Norm;
 
 /// Bytes of bf16 noise (normals are not needed: timing only).
 fn noise<'g>(gpu: &'g Gpu, rng: &mut SplitMix64, bytes: usize) -> Result<tf_cuda::PoolBuf<'g>, Error> {
@@ -35,23 +37,15 @@ pub fn ops_bench(gpu: &Gpu, rows: usize) -> Result<Value, Error> {
         println!("[bench] op {rows} rows: {name:<44} {us:>9.1} µs  ({gbps:.0} GB/s of weights)");
         results.push(json!({"op": name, "rows": rows, "us": us, "weight_gbps": gbps}));
     };
-    let us = 1e3
-        * time(gpu, |g| {
-            let mut o = out.view_mut();
-            ops::hc_mixes(
-                g,
-                &x.view(),
-                &func.view(),
-                &scale.view(),
-                &base.view(),
-                &mut o,
-                (rows, hc, dim),
-                20,
-                1e-6,
-                1e-6,
-            )
-        })?;
-    report("hc_mixes (dense 24×20480 f32 + x² + sinkhorn)", us, mix * hc * dim * 4);
+    for (sums, tag) in [(SumOrder::Sequential, "sequential"), (SumOrder::Lanes32, "lanes32")] {
+        let us = 1e3
+            * time(gpu, |g| {
+                let mut o = out.view_mut();
+                let (s, b, shape, norm) = (&scale.view(), &base.view(), (rows, hc, dim), Norm { eps: 1e-6, sums });
+                ops::hc_mixes(g, &x.view(), &func.view(), s, b, &mut o, shape, 20, norm, 1e-6)
+            })?;
+        report(&format!("hc_mixes (24×20480 f32, x² {tag}, sinkhorn)"), us, mix * hc * dim * 4);
+    }
     let us = 1e3
         * time(gpu, |g| {
             let mut o = out.view_mut();
@@ -126,13 +120,14 @@ pub fn ops_bench(gpu: &Gpu, rows: usize) -> Result<Value, Error> {
     report("dense head 129280×5120 bf16, 8 lanes", us, vocab * dim * 2);
     // The slope over widths is the cost of one step of the sequential sum of squares; width 8 is the launch floor.
     let nw = noise(gpu, &mut rng, 4 * dim * 2)?;
-    for width in [8, 1280, dim, 4 * dim] {
+    let (seq, wide) = (Norm::sequential(1e-6), Norm { eps: 1e-6, sums: SumOrder::Lanes32 });
+    for (width, norm) in [(8, seq), (1280, seq), (dim, seq), (4 * dim, seq), (dim, wide), (4 * dim, wide)] {
         let us = 1e3
             * time(gpu, |g| {
                 let mut o = out.view_mut();
-                ops::rms_norm(g, &x.view(), &nw.view(), &mut o, rows, width, 1e-6)
+                ops::rms_norm(g, &x.view(), &nw.view(), &mut o, rows, width, norm)
             })?;
-        report(&format!("rms_norm {width}"), us, width * 2);
+        report(&format!("rms_norm {width}, {:?}", norm.sums), us, width * 2);
     }
     Ok(Value::Array(results))
 }

@@ -126,7 +126,7 @@ pub(crate) fn err(e: impl std::fmt::Display) -> Error {
     Error::Launch { op: "e2e", what: e.to_string() }
 }
 
-/// The gates on one synthetic model kind, replay on and off.
+/// The gates on one synthetic model kind: replay on and off, and replay off with the wide-sum switch (GPU == CPU in that order too).
 pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
     let dir = std::env::temp_dir().join(format!("tf-dsv41-e2e-{}-{}", kind.name(), std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -143,12 +143,13 @@ fn gates(
     kind: TinyKind,
     dir: &std::path::Path,
 ) -> Result<(), Error> {
-    for replay in [true, false] {
-        let opts = Options { replay, ..Options::default() };
+    for (replay, wide_sums) in [(true, false), (false, false), (false, true)] {
+        let opts = Options { replay, wide_sums, ..Options::default() };
         let cpu = Model::load(dir, opts).map_err(err)?;
         let gm = GpuModel::load(dir, opts, gpu).map_err(err)?;
         let vocab = cpu.cfg.vocab_size;
-        let name = format!("{} replay {}", kind.name(), if replay { "on" } else { "off" });
+        let wide = if wide_sums { ", wide sums" } else { "" };
+        let name = format!("{} replay {}{wide}", kind.name(), if replay { "on" } else { "off" });
         let (mut solo, mut all) = (Vec::new(), Vec::new());
         for n in LENGTHS {
             let p = prompt(rng, n, vocab);
@@ -168,7 +169,7 @@ fn gates(
                 ),
                 pass,
             );
-            report.push("e2e", json!({"model": kind.name(), "replay": replay, "prompt": n, "pass": pass, "diffs": diffs, "bit_identical": exact, "gpu_s": gpu_s}));
+            report.push("e2e", json!({"model": kind.name(), "replay": replay, "wide_sums": wide_sums, "prompt": n, "pass": pass, "diffs": diffs, "bit_identical": exact, "gpu_s": gpu_s}));
             all.extend(diffs);
             solo.push((p, g));
         }

@@ -3,6 +3,7 @@
 use crate::util::{bf16s, diff_bf16, diff_f32, download_bf16, normals, poisoned_bf16, poisoned_f32};
 use tf_core::bf16;
 use tf_core::formats::{Fp4Scale, qdq_fp4, qdq_fp8_pow2, to_bf16};
+use tf_core::ops::SumOrder;
 use tf_core::ops::math;
 use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
@@ -10,7 +11,7 @@ use tf_cuda::{Error, Gpu};
 use tf_dsv41::attn::rope_bf16;
 use tf_dsv41::config::RopeKind;
 use tf_dsv41::cuda::ops::{self, Io, Sum};
-use tf_dsv41::linear::Dense;
+use tf_dsv41::linear::{Dense, Norm};
 use tf_dsv41::rope::Rope;
 use tf_dsv41::tiny::TinyKind;
 
@@ -97,16 +98,20 @@ fn dense_case(
 
 /// RMSNorm of rows at dims that are and are not multiples of the block: bit-exact to the CPU's.
 fn norm_case(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
-    for (rows, dim) in [(1, 5120), (9, 128), (4, 300)] {
+    let orders = [SumOrder::Sequential, SumOrder::Lanes32];
+    for ((rows, dim), sums) in
+        [(1, 5120), (9, 128), (4, 300), (2, 20480)].into_iter().flat_map(|s| orders.map(|o| (s, o)))
+    {
+        let norm = Norm { eps: 1e-6, sums };
         let x = bf16s(rng, rows * dim, 3.0);
         let w = bf16s(rng, dim, 1.0);
-        let want = tf_dsv41::linear::rms_norm_rows(&x, &w, 1e-6);
+        let want = tf_dsv41::linear::rms_norm_rows(&x, &w, norm);
         let up = |v: &[bf16]| gpu.upload(&v.iter().map(|b| b.to_bits()).collect::<Vec<u16>>());
         let (xd, wd) = (up(&x)?, up(&w)?);
         let mut yd = poisoned_bf16(gpu, rows * dim)?;
-        ops::rms_norm(gpu, &xd.view(), &wd.view(), &mut yd.view_mut(), rows, dim, 1e-6)?;
+        ops::rms_norm(gpu, &xd.view(), &wd.view(), &mut yd.view_mut(), rows, dim, norm)?;
         let d = diff_bf16(&download_bf16(gpu, &yd)?, &want);
-        report.row("rms_norm", format!("{rows} rows × {dim}"), d.describe("ulp"), d.pass(0.0));
+        report.row("rms_norm", format!("{rows} rows × {dim}, {sums:?}"), d.describe("ulp"), d.pass(0.0));
     }
     Ok(())
 }

@@ -3,12 +3,13 @@
 use crate::util::{bf16s, diff_bf16, diff_f32, download_bf16, normals, poisoned_bf16, poisoned_f32};
 use tf_core::bf16;
 use tf_core::formats::to_bf16;
+use tf_core::ops::SumOrder;
 use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu, PoolBuf};
 use tf_dsv41::cuda::ops;
 use tf_dsv41::engram::gate_rows;
-use tf_dsv41::linear::Dense;
+use tf_dsv41::linear::{Dense, Norm};
 use tf_dsv41::mhc::{HcMix, HcSite, hc_post, hc_pre};
 use tf_dsv41::moe::{route, swiglu};
 
@@ -30,7 +31,9 @@ fn flat(m: &[HcMix]) -> Vec<f32> {
 pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
     // The flash width (hc·dim = 20,480) over 11 rows crosses dense's 8-row tiles; width 1,284 (not whole vectors) sums x² apart.
     for shape in [(6, 4, 320), (11, 4, 5120), (1, 4, 5120), (3, 4, 321)] {
-        mhc_case(gpu, rng, report, shape)?;
+        for sums in [SumOrder::Sequential, SumOrder::Lanes32] {
+            mhc_case(gpu, rng, report, shape, Norm { eps: 1e-6, sums })?;
+        }
     }
     moe_case(gpu, rng, report)?;
     engram_case(gpu, rng, report)
@@ -42,6 +45,7 @@ fn mhc_case(
     rng: &mut SplitMix64,
     report: &mut Report,
     (rows, hc, dim): (usize, usize, usize),
+    norm: Norm,
 ) -> Result<(), Error> {
     let iters = 20;
     let mix = (2 + hc) * hc;
@@ -51,7 +55,7 @@ fn mhc_case(
         base: normals(rng, mix, 0.5),
     };
     let x = bf16s(rng, rows * hc * dim, 1.0);
-    let want = site.mixes(&x, rows, hc, iters, 1e-6, 1e-6);
+    let want = site.mixes(&x, rows, hc, iters, norm, 1e-6);
     let (xd, fd, sd, bd) =
         (up_bf16(gpu, &x)?, gpu.upload(&site.func.w)?, gpu.upload(&site.scale)?, gpu.upload(&site.base)?);
     let mut md = poisoned_f32(gpu, rows * mix)?;
@@ -64,13 +68,13 @@ fn mhc_case(
         &mut md.view_mut(),
         (rows, hc, dim),
         iters,
-        1e-6,
+        norm,
         1e-6,
     )?;
     let d = diff_f32(&gpu.download::<f32>(&md)?, &flat(&want), 1e-3);
     report.row(
         "hc_mixes",
-        format!("{rows} rows, hc {hc}, dim {dim}, {iters} Sinkhorn iterations"),
+        format!("{rows} rows, hc {hc}, dim {dim}, {iters} Sinkhorn iterations, x² {:?}", norm.sums),
         d.describe("relative"),
         d.pass(MIX_TOL),
     );

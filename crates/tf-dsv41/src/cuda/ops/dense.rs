@@ -3,6 +3,7 @@
 use super::{In, Out, bytes, grid, int, need};
 use crate::cuda::kernels::DENSE;
 use cudarc::driver::{DevicePtr, PushKernelArg};
+use tf_core::ops::SumOrder;
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu};
 
@@ -68,12 +69,12 @@ pub(crate) fn dense_squares(
     x: (&In<'_>, Io),
     w: (&In<'_>, Io),
     y: (&mut Out<'_>, Io),
-    ss: &mut Out<'_>,
+    (ss, sums): (&mut Out<'_>, SumOrder),
     (rows, n, k): (usize, usize, usize),
     order: Sum,
 ) -> Result<bool, Error> {
     need("dense", "ss", ss.len(), bytes("dense", &[rows, 4])?)?;
-    launch(gpu, x, w, y, Some(ss), (rows, n, k), 1, order)
+    launch(gpu, x, w, y, Some((ss, sums)), (rows, n, k), 1, order)
 }
 
 /// Threads per block of the tiled path (kernels/dense.cu TILE_THREADS): a block owns TILE_THREADS / lanes outputs.
@@ -99,7 +100,7 @@ fn launch(
     (x, x_io): (&In<'_>, Io),
     (w, w_io): (&In<'_>, Io),
     (y, y_io): (&mut Out<'_>, Io),
-    ss: Option<&mut Out<'_>>,
+    ss: Option<(&mut Out<'_>, SumOrder)>,
     (rows, n, k): (usize, usize, usize),
     groups: usize,
     order: Sum,
@@ -140,16 +141,18 @@ fn launch(
     let f = gpu.function(&DENSE.spec(&[(rk, &rv), (lk, &lv)]), &name)?;
     let args = [int(OP, "rows", rows)?, int(OP, "n", n)?, int(OP, "k", k)?, int(OP, "groups", groups)?, lanes as i32];
     let null = 0u64;
+    let wide = i32::from(matches!(ss, Some((_, SumOrder::Lanes32))));
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(w).arg(y);
     match ss {
-        Some(ss) if tiled => launch.arg(ss),
+        Some((ss, _)) if tiled => launch.arg(ss),
         _ => launch.arg(&null),
     };
     for a in &args {
         launch.arg(a);
     }
-    // SAFETY: arguments match `dense_x?_w?_y?(const X*, const W*, Y*, float* ss, int rows, int n, int k, int groups, int lanes)`; sizes checked.
+    launch.arg(&wide);
+    // SAFETY: arguments match `dense_x?_w?_y?(const X*, const W*, Y*, float* ss, int rows, int n, int k, int groups, int lanes, int wide)`; sizes checked.
     unsafe { launch.launch(grid(blocks, threads as u32, 0)) }
         .doing(|| format!("launching {name} on {rows} rows × {n} outputs × {k}"))?;
     Ok(tiled)

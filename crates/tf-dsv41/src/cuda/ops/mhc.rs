@@ -2,7 +2,9 @@
 
 use super::{In, Out, bytes, grid, int, need};
 use crate::cuda::kernels::MHC;
+use crate::linear::Norm;
 use cudarc::driver::PushKernelArg;
+use tf_core::ops::SumOrder;
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu};
 
@@ -40,10 +42,11 @@ pub fn hc_mixes(
     mix: &mut Out<'_>,
     (rows, hc, dim): (usize, usize, usize),
     iters: usize,
-    eps: f32,
+    norm: Norm,
     hc_eps: f32,
 ) -> Result<(), Error> {
     const OP: &str = "hc_mixes";
+    let eps = norm.eps;
     let n = shape(OP, hc, dim)?;
     let width = bytes(OP, &[hc, dim])?;
     need(OP, "x", x.len(), bytes(OP, &[rows, width, 2])?)?;
@@ -63,7 +66,7 @@ pub fn hc_mixes(
         (x, super::Io::Bf16),
         (func, super::Io::F32),
         (&mut *mix, super::Io::F32),
-        &mut ss.view_mut(),
+        (&mut ss.view_mut(), norm.sums),
         (rows, n, width),
         super::Sum::Lanes8,
     )?;
@@ -71,9 +74,10 @@ pub fn hc_mixes(
         let f = gpu.function(&MHC.spec(&[]), "hc_squares")?;
         let mut ss_out = ss.view_mut();
         let mut launch = gpu.stream().launch_builder(&f);
-        launch.arg(&mut ss_out).arg(x).arg(&rows_i).arg(&width_i);
-        // SAFETY: arguments match `hc_squares(f32*, const u16*, int, int)`; sizes checked above.
-        unsafe { launch.launch(grid((rows.div_ceil(64), 1), 64, 0)) }
+        let wide = i32::from(norm.sums == SumOrder::Lanes32);
+        launch.arg(&mut ss_out).arg(x).arg(&rows_i).arg(&width_i).arg(&wide);
+        // SAFETY: arguments match `hc_squares(f32*, const u16*, int, int, int)`; sizes checked above.
+        unsafe { launch.launch(grid((rows, 1), 32, 0)) }
             .doing(|| format!("launching {OP} (squares) on {rows} rows"))?;
     }
     let ss_view = ss.view();

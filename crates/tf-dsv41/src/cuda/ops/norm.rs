@@ -2,7 +2,9 @@
 
 use super::{In, Out, bytes, grid, int, need};
 use crate::cuda::kernels::NORM;
+use crate::linear::Norm;
 use cudarc::driver::PushKernelArg;
+use tf_core::ops::SumOrder;
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu};
 
@@ -17,7 +19,7 @@ pub fn rms_norm(
     y: &mut Out<'_>,
     rows: usize,
     dim: usize,
-    eps: f32,
+    norm: Norm,
 ) -> Result<(), Error> {
     const OP: &str = "rms_norm";
     need(OP, "x", x.len(), bytes(OP, &[rows, dim, 2])?)?;
@@ -32,8 +34,9 @@ pub fn rms_norm(
     let f = gpu.function(&NORM.spec(&[]), "rms_norm_seq")?;
     let dim_i = int(OP, "dim", dim)?;
     let mut launch = gpu.stream().launch_builder(&f);
-    launch.arg(x).arg(w).arg(y).arg(&dim_i).arg(&eps);
-    // SAFETY: arguments match `rms_norm_seq(const u16*, const u16*, u16*, int, float)`; sizes checked above.
+    let wide = i32::from(norm.sums == SumOrder::Lanes32);
+    launch.arg(x).arg(w).arg(y).arg(&dim_i).arg(&norm.eps).arg(&wide);
+    // SAFETY: arguments match `rms_norm_seq(const u16*, const u16*, u16*, int, float, int)`; sizes checked above.
     unsafe { launch.launch(grid((rows, 1), THREADS, 0)) }.doing(|| format!("launching {OP} on {rows} rows × {dim}"))?;
     Ok(())
 }
