@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_server::generate;
 
-const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--host H] [--port P] [--api-key K] [--no-replay] [--max-lanes N]
+const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--max-lanes N]
          [--max-queue N] [--max-queued-tokens N] [--max-active-tokens N] [--prefill-chunk N]
          [--admission fifo|short-first] [--prefix-block N] [--prefix-cache-tokens N (0: off)]
        tf inspect PATH [--filter TEXT]
@@ -120,6 +120,10 @@ fn serve(args: &[String]) -> ExitCode {
                 .map(|m| cfg.engram_io = m),
             "--no-replay" => {
                 cfg.replay = false;
+                Ok(())
+            }
+            "--wide-sums" => {
+                cfg.wide_sums = true;
                 Ok(())
             }
             other => Err(format!("unexpected argument `{other}`")),

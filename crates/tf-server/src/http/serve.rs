@@ -18,6 +18,8 @@ pub struct ServeConfig {
     pub device: Device,
     /// Engram rows from the mapped checkpoint (`None`) or read from its shards in this mode (`--engram-io`).
     pub engram_io: Option<tf_engram::IoMode>,
+    /// Tier-2 numerics switch (`--wide-sums`): RMSNorm and mHC x² in 32 lanes; off by default, its gate has not said yes.
+    pub wide_sums: bool,
 }
 
 /// Where the model runs: the CPU reference, or one NVIDIA GPU by ordinal.
@@ -54,6 +56,7 @@ impl Default for ServeConfig {
             replay: true,
             engram_io: None,
             device: Device::Cpu,
+            wide_sums: false,
         }
     }
 }
@@ -110,7 +113,12 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
             load_engine(
                 &dir,
                 cfg.limits,
-                tf_dsv41::Options { replay: cfg.replay, engram_io: cfg.engram_io, ..tf_dsv41::Options::default() },
+                tf_dsv41::Options {
+                    replay: cfg.replay,
+                    engram_io: cfg.engram_io,
+                    wide_sums: cfg.wide_sums,
+                    ..tf_dsv41::Options::default()
+                },
                 cfg.device,
             )
         });
