@@ -39,6 +39,14 @@ fn an_exl3_tiny_checkpoint_loads_and_runs_on_the_cpu() {
         assert!(b.ffn.experts.iter().all(|e| matches!(e.w1, QLinear::Exl3(_))) && is(&b.ffn.shared.w2));
     }
     assert!(n >= exl3.blocks.len() * 4, "{n} linears converted");
+    // The head is EXL3 as in TensorFold's published checkpoint, loaded as its effective matrix.
+    let ck = Checkpoint::open(dst.path()).unwrap();
+    assert!(ck.contains("head.trellis") && !ck.contains("head.weight"), "the head is stored as EXL3");
+    let want = tf_dsv41::qlinear::exl3_dense(&ck, "head", exl3.cfg.vocab_size, exl3.cfg.dim).unwrap().unwrap();
+    assert_eq!(exl3.head.w, want.w, "the model's head is the trellis' effective weight");
+    assert_ne!(exl3.head.w, fp8.head.w);
+    let e = tf_dsv41::qlinear::exl3_dense(&ck, "head", exl3.cfg.vocab_size + 200, exl3.cfg.dim).unwrap_err();
+    assert!(e.to_string().contains("head.trellis"), "a head of the wrong shape is refused naming it: {e}");
     let prompt: Vec<u32> = (0..9).map(|i| 3 + i * 37).collect();
     let (a, b) = (greedy(&exl3, &prompt, 4), greedy(&exl3, &prompt, 4));
     assert!(a.iter().flatten().all(|v| v.is_finite()), "finite logits");

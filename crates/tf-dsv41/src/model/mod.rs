@@ -128,7 +128,7 @@ impl Model {
         expect_shape("embed.weight", &embed, &[cfg.vocab_size, cfg.dim])?;
         Ok(Model {
             norm: load_bf16_vec(ck, "norm.weight", cfg.dim)?,
-            head: Dense::load(ck, "head.weight", cfg.vocab_size, cfg.dim)?,
+            head: load_head(ck, &cfg)?,
             ropes: [Rope::new(&cfg, RopeKind::Plain), Rope::new(&cfg, RopeKind::Yarn)],
             blocks,
             embed,
@@ -151,5 +151,13 @@ impl Model {
             RopeKind::Plain => &self.ropes[0],
             RopeKind::Yarn => &self.ropes[1],
         }
+    }
+}
+
+/// The head: bf16 `head.weight`, or TensorFold's published EXL3 `head.{trellis,…}` run as its effective f32 matrix.
+fn load_head(ck: &Checkpoint, cfg: &Config) -> Result<Dense> {
+    match crate::qlinear::exl3_dense(ck, "head", cfg.vocab_size, cfg.dim)? {
+        Some(head) => Ok(head),
+        None => Dense::load(ck, "head.weight", cfg.vocab_size, cfg.dim),
     }
 }

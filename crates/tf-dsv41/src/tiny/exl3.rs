@@ -19,9 +19,13 @@ pub enum Exl3Mode {
     Quantize,
 }
 
-/// `[out, inp]` f32 of a stored FP8 or FP4 linear `{name}`, or `None` when it is neither.
+/// `[out, inp]` f32 of a stored FP8 or FP4 linear `{name}` or of the bf16 head, or `None` when it is none of them.
 fn dequant(ck: &Checkpoint, name: &str) -> Result<Option<(Vec<f32>, usize, usize)>> {
     let Ok(t) = ck.get(&format!("{name}.weight")) else { return Ok(None) };
+    // TensorFold's published checkpoint stores the head as EXL3 too.
+    if name == "head" && t.dtype() == DType::BF16 && t.shape().len() == 2 {
+        return Ok(Some((t.to_f32_vec()?, t.shape()[0], t.shape()[1])));
+    }
     if !ck.contains(&format!("{name}.scale")) {
         return Ok(None);
     }
