@@ -14,4 +14,4 @@ pub mod state;
 pub mod tiny;
 
 pub use config::{Config, ConfigError};
-pub use model::{Model, Options};
+pub use model::{Model, Options, PrefillMxfp4};

@@ -28,6 +28,15 @@ pub struct Moe {
     pub route_scale: f32,
     pub norm_topk: bool,
     pub limit: f32,
+    /// `Options::prefill_mxfp4`: MXFP4 copies of EXL3 routed experts, used for calls of at least `min_rows` rows.
+    pub prefill: Option<PrefillExperts>,
+}
+
+/// MXFP4 copies of a layer's routed experts for prompt chunks (a tier-2 switch; decode keeps the stored experts).
+#[derive(Clone, Debug)]
+pub struct PrefillExperts {
+    pub experts: Vec<Expert<QLinear<Fp4Weight>>>,
+    pub min_rows: usize,
 }
 
 /// Shape of a MoE for loading.
@@ -78,7 +87,20 @@ impl Moe {
             route_scale,
             norm_topk,
             limit,
+            prefill: None,
         })
+    }
+
+    /// Builds MXFP4 copies of the routed experts for calls of `min_rows` rows or more; false when they are not EXL3.
+    pub fn add_mxfp4_prefill(&mut self, min_rows: usize) -> Result<bool> {
+        let mut experts = Vec::with_capacity(self.experts.len());
+        for e in &self.experts {
+            let copy = |w: &QLinear<Fp4Weight>| w.mxfp4_copy().map(|c| c.map(QLinear::Native));
+            let (Some(w1), Some(w2), Some(w3)) = (copy(&e.w1)?, copy(&e.w2)?, copy(&e.w3)?) else { return Ok(false) };
+            experts.push(Expert { w1, w2, w3 });
+        }
+        self.prefill = Some(PrefillExperts { experts, min_rows });
+        Ok(true)
     }
 
     /// MoE of `rows` normed rows: routed experts summed in expert order, then the shared expert, in f32; bf16 out.
@@ -91,7 +113,11 @@ impl Moe {
             .map(|l| route(l, &self.bias, self.topk, self.norm_topk, self.route_scale))
             .collect();
         let mut y = vec![0.0f32; rows * dim];
-        for (e, ex) in self.experts.iter().enumerate() {
+        let experts = match &self.prefill {
+            Some(p) if rows >= p.min_rows => &p.experts,
+            _ => &self.experts,
+        };
+        for (e, ex) in experts.iter().enumerate() {
             let picked: Vec<(usize, f32)> = routes
                 .iter()
                 .enumerate()

@@ -126,7 +126,27 @@ pub fn exl3_dense(ck: &Checkpoint, name: &str, out: usize, inp: usize) -> Result
     let QLinear::Exl3(e) = QLinear::<Fp8Weight>::load(ck, name, out, inp)? else {
         unreachable!("a trellis loads as EXL3")
     };
-    let w_eff = e.w.weight();
-    let w = (0..out * inp).map(|t| w_eff[(t % inp) * e.w.out_p + t / inp]).collect();
-    Ok(Some(crate::linear::Dense { out, inp, w }))
+    Ok(Some(crate::linear::Dense { out, inp, w: e.effective() }))
+}
+
+impl Exl3Linear {
+    /// The effective weight `[out, inp]` in f32 (the trellis decoded, Hadamard steps applied, padding dropped).
+    pub fn effective(&self) -> Vec<f32> {
+        let w_eff = self.w.weight();
+        (0..self.out * self.inp).map(|t| w_eff[(t % self.inp) * self.w.out_p + t / self.inp]).collect()
+    }
+}
+
+impl QLinear<Fp4Weight> {
+    /// An MXFP4 copy (E2M1 codes, E8M0 scale per 32, as the official checkpoint's experts) of an EXL3 linear; `None` for a native one.
+    pub fn mxfp4_copy(&self) -> Result<Option<Fp4Weight>> {
+        let QLinear::Exl3(e) = self else { return Ok(None) };
+        if !e.inp.is_multiple_of(32) {
+            return Err(Error::Invalid(format!("{}: {} inputs do not split into MXFP4 blocks of 32", e.name, e.inp)));
+        }
+        let (codes, scales) = crate::tiny::quant::quant_fp4(&e.effective(), e.out, e.inp);
+        let weight = tf_core::Tensor::from_bytes(tf_core::DType::I8, &[e.out, e.inp / 2], &codes)?;
+        let scale = tf_core::Tensor::from_bytes(tf_core::DType::F8E8M0, &[e.out, e.inp / 32], &scales)?;
+        Fp4Weight::from_tensors(&e.name, &weight, &scale).map(Some)
+    }
 }

@@ -6,7 +6,7 @@ use tf_core::rng::SplitMix64;
 use tf_dsv41::qlinear::QLinear;
 use tf_dsv41::tiny::exl3::{Exl3Mode, convert, exl3_tensors};
 use tf_dsv41::tiny::{TinyKind, write_checkpoint};
-use tf_dsv41::{Model, Options};
+use tf_dsv41::{Model, Options, PrefillMxfp4};
 use tf_exl3::exl3::Codebook;
 use tf_exl3::exl3::encode::random_weight;
 
@@ -91,4 +91,42 @@ fn quantize_mode_stores_the_source_linear_in_exl3_orientation() {
     let err =
         (a.iter().zip(&b).map(|(p, q)| (p - q).powi(2)).sum::<f32>() / a.iter().map(|p| p * p).sum::<f32>()).sqrt();
     assert!(err < 0.35, "relative error {err} at K = 2");
+}
+
+#[test]
+fn mxfp4_prefill_experts_serve_long_prompt_chunks_only() {
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    write_checkpoint(TinyKind::Tiny, 0, src.path()).unwrap();
+    convert(src.path(), dst.path(), Codebook::Mul1, Exl3Mode::Random, 3).unwrap();
+    let base = Options::default();
+    let on = Options { prefill_mxfp4: Some(PrefillMxfp4 { layers: 2, min_rows: 8 }), ..base };
+    let (plain, sw) = (Model::load(dst.path(), base).unwrap(), Model::load(dst.path(), on).unwrap());
+    assert!(sw.blocks[..2].iter().all(|b| b.ffn.prefill.is_some()), "layers 0 and 1 have MXFP4 copies");
+    assert!(
+        sw.blocks[2..].iter().all(|b| b.ffn.prefill.is_none()) && plain.blocks.iter().all(|b| b.ffn.prefill.is_none())
+    );
+    // The copy is the EXL3 expert's effective weight in MXFP4: within E2M1's rounding of each block's scale.
+    let (QLinear::Exl3(e), Some(p)) = (&sw.blocks[0].ffn.experts[1].w3, &sw.blocks[0].ffn.prefill) else {
+        panic!("an EXL3 expert with a copy")
+    };
+    let QLinear::Native(c) = &p.experts[1].w3 else { panic!("the copy is native MXFP4") };
+    let (want, mut row) = (e.effective(), vec![0.0f32; e.inp]);
+    for n in 0..e.out {
+        c.dequant_row(n, &mut row);
+        for (kb, (got, w)) in row.chunks_exact(32).zip(want[n * e.inp..(n + 1) * e.inp].chunks_exact(32)).enumerate() {
+            let step = c.scale_at(n, kb);
+            assert!(
+                got.iter().zip(w).all(|(a, b)| (a - b).abs() <= step),
+                "row {n} block {kb} off by more than its scale"
+            );
+        }
+    }
+    let first = |m: &Model, p: &[u32]| greedy(m, p, 0).remove(0);
+    let short: Vec<u32> = (0..5).map(|i| 3 + i * 37).collect();
+    assert_eq!(first(&plain, &short), first(&sw, &short), "a 5-row prompt keeps the EXL3 experts bit for bit");
+    let long: Vec<u32> = (0..12).map(|i| 3 + i * 37).collect();
+    let (a, b) = (first(&plain, &long), first(&sw, &long));
+    assert!(b.iter().all(|v| v.is_finite()) && a != b, "a 12-row prompt chunk runs the MXFP4 copies");
+    let fp8 = Model::load(src.path(), on).err().expect("native experts have no EXL3 to copy");
+    assert!(fp8.to_string().contains("not EXL3"), "{fp8}");
 }

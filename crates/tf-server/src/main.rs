@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use tf_server::generate;
 
 const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--max-lanes N]
+         [--prefill-experts exl3|mxfp4] [--prefill-mxfp4-layers N] [--prefill-mxfp4-min-rows N]
          [--max-queue N] [--max-queued-tokens N] [--max-active-tokens N] [--prefill-chunk N]
          [--admission fifo|short-first] [--prefix-block N] [--prefix-cache-tokens N (0: off)]
        tf inspect PATH [--filter TEXT]
@@ -93,6 +94,7 @@ fn num(v: Result<String, String>) -> Result<usize, String> {
 
 fn serve(args: &[String]) -> ExitCode {
     let mut cfg = tf_server::http::serve::ServeConfig::default();
+    let (mut mxfp4, mut mxfp4_layers, mut mxfp4_min_rows) = (false, None, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
@@ -126,6 +128,15 @@ fn serve(args: &[String]) -> ExitCode {
                 cfg.wide_sums = true;
                 Ok(())
             }
+            "--prefill-experts" => value().and_then(|v| match v.as_str() {
+                "exl3" | "mxfp4" => {
+                    mxfp4 = v == "mxfp4";
+                    Ok(())
+                }
+                _ => Err(format!("--prefill-experts: `{v}` is not exl3 or mxfp4")),
+            }),
+            "--prefill-mxfp4-layers" => num(value()).map(|n| mxfp4_layers = Some(n)),
+            "--prefill-mxfp4-min-rows" => num(value()).map(|n| mxfp4_min_rows = Some(n)),
             other => Err(format!("unexpected argument `{other}`")),
         };
         if let Err(e) = r {
@@ -133,6 +144,19 @@ fn serve(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    // TensorFold's adopted threshold: chunks under 2048 rows (decode, verify windows, short prompts) keep EXL3.
+    cfg.prefill_mxfp4 = match (mxfp4, mxfp4_layers, mxfp4_min_rows) {
+        (true, layers, min_rows) => {
+            Some(tf_dsv41::PrefillMxfp4 { layers: layers.unwrap_or(usize::MAX), min_rows: min_rows.unwrap_or(2048) })
+        }
+        (false, None, None) => None,
+        (false, ..) => {
+            eprintln!(
+                "tf serve: --prefill-mxfp4-layers and --prefill-mxfp4-min-rows need --prefill-experts mxfp4\n{USAGE}"
+            );
+            return ExitCode::from(2);
+        }
+    };
     match tf_server::http::serve::run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

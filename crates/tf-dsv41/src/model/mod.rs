@@ -30,11 +30,22 @@ pub struct Options {
     pub engram_io: Option<tf_engram::IoMode>,
     /// Tier-2 numerics switch, off by default: RMSNorm and mHC's x² sum in 32 lanes and a fixed fold (`SumOrder::Lanes32`).
     pub wide_sums: bool,
+    /// Tier-2 switch, off by default (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for prompt chunks.
+    pub prefill_mxfp4: Option<PrefillMxfp4>,
+}
+
+/// Which layers get MXFP4 prefill experts and which calls use them (TensorFold's TF_DS_PREFILL_MXFP4_LAYERS and MXFP4_MIN_ROWS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefillMxfp4 {
+    /// Layers `0..layers` of the encoder (clamped to its n_layers / 2).
+    pub layers: usize,
+    /// Calls with fewer rows (decode, short prompts) keep the EXL3 experts.
+    pub min_rows: usize,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { replay: true, quirks: Quirks::default(), engram_io: None, wide_sums: false }
+        Options { replay: true, quirks: Quirks::default(), engram_io: None, wide_sums: false, prefill_mxfp4: None }
     }
 }
 
@@ -110,10 +121,20 @@ impl Model {
         };
         let cols = hasher.as_ref().map_or(0, |h| h.layout().cols());
         let all = roles(&cfg);
-        let blocks = all[..cfg.n_layers]
+        let mut blocks = all[..cfg.n_layers]
             .iter()
             .map(|r| Block::load(ck, &cfg, r, cols, opts.engram_io))
             .collect::<Result<Vec<_>>>()?;
+        if let Some(p) = opts.prefill_mxfp4 {
+            for b in blocks.iter_mut().take(p.layers.min(cfg.n_layers / 2)) {
+                if !b.ffn.add_mxfp4_prefill(p.min_rows)? {
+                    return Err(Error::Invalid(format!(
+                        "--prefill-experts mxfp4: layer {}'s routed experts are not EXL3 (they are MXFP4 already)",
+                        b.role.layer
+                    )));
+                }
+            }
+        }
         let dspark = if cfg.n_mtp_layers > 0 && cfg.dspark_block_size > 0 {
             let stages = all[cfg.n_layers..]
                 .iter()

@@ -20,6 +20,8 @@ pub struct ServeConfig {
     pub engram_io: Option<tf_engram::IoMode>,
     /// Tier-2 numerics switch (`--wide-sums`): RMSNorm and mHC x² in 32 lanes; off by default, its gate has not said yes.
     pub wide_sums: bool,
+    /// Tier-2 switch (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for long prompt chunks; off by default.
+    pub prefill_mxfp4: Option<tf_dsv41::PrefillMxfp4>,
 }
 
 /// Where the model runs: the CPU reference, or one NVIDIA GPU by ordinal.
@@ -57,6 +59,7 @@ impl Default for ServeConfig {
             engram_io: None,
             device: Device::Cpu,
             wide_sums: false,
+            prefill_mxfp4: None,
         }
     }
 }
@@ -117,6 +120,7 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
                     replay: cfg.replay,
                     engram_io: cfg.engram_io,
                     wide_sums: cfg.wide_sums,
+                    prefill_mxfp4: cfg.prefill_mxfp4,
                     ..tf_dsv41::Options::default()
                 },
                 cfg.device,
