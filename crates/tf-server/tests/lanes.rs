@@ -101,3 +101,34 @@ fn a_failing_or_panicking_request_fails_alone() {
     assert!(matches!(eos.as_slice(), [Event::Done { finish: Finish::Stop, completion_tokens: 0, .. }]), "{eos:?}");
     assert_eq!(h.load(), (0, 0));
 }
+
+#[test]
+fn a_prompt_is_fetched_ahead_at_admission_in_the_chunks_it_is_fed() {
+    let fam = Scripted { prefetch: true, ..Scripted::default() };
+    let log = fam.log.clone();
+    let h = LaneHost::spawn(fam, Limits { max_lanes: 1, prefill_chunk: 4, ..Limits::default() });
+    let events = collect(h.submit(greedy((1..=10).collect(), 2)).unwrap());
+    assert!(matches!(events.last(), Some(Event::Done { .. })), "{events:?}");
+    let log = log.lock().unwrap().clone();
+    let fed: Vec<(char, u32)> = log.iter().copied().filter(|(k, _)| *k == 'f' || *k == 'F').collect();
+    assert_eq!(
+        fed,
+        [('f', 3), ('F', 4), ('F', 4), ('F', 2)],
+        "one read-ahead of 3 chunks, then each chunk from it: {log:?}"
+    );
+}
+
+#[test]
+fn engram_rows_read_from_disk_ahead_equal_the_mapped_tables() {
+    // Chunks of 6 and prefix-cache snapshots every 8 tokens cut the prompts unevenly; the repeat resumes from the cache.
+    let reqs: Vec<GenRequest> = [0, 1, 0].iter().map(|&i| req(i, 0.0)).collect();
+    let run = |io| {
+        let opts = tf_dsv41::Options { engram_io: io, ..tf_dsv41::Options::default() };
+        let limits = Limits { prefill_chunk: 6, prefix_block: 8, ..Limits::default() };
+        let h = LaneHost::spawn(tf_server::lanes::load_dsv41(tiny(), opts).unwrap(), limits);
+        reqs.iter().map(|r| collect(h.submit(r.clone()).unwrap())).collect::<Vec<_>>()
+    };
+    let mapped = run(None);
+    assert!(mapped.iter().all(|e| matches!(e.last(), Some(Event::Done { .. }))), "{mapped:?}");
+    assert_eq!(run(Some(tf_engram::IoMode::Mmap)), mapped);
+}

@@ -25,27 +25,46 @@ impl Model {
         st: &SeqState,
         prompt: &[u32],
         chunk: usize,
+        ahead: (usize, usize),
+    ) -> Result<Option<Prefetch>> {
+        if chunk == 0 {
+            return Err(Error::Invalid("prefetch needs a chunk size".into()));
+        }
+        let lens: Vec<usize> = (0..prompt.len()).step_by(chunk).map(|s| chunk.min(prompt.len() - s)).collect();
+        self.prefetch_chunks(st, prompt, &lens, ahead)
+    }
+
+    /// [`Model::prefetch`] for chunks of the given lengths (a server's chunks, cut where its prompt cache snapshots).
+    pub fn prefetch_chunks(
+        &self,
+        st: &SeqState,
+        prompt: &[u32],
+        lens: &[usize],
         (depth, threads): (usize, usize),
     ) -> Result<Option<Prefetch>> {
         let (Some(h), Some(hist)) = (&self.hasher, st.engram.as_ref()) else { return Ok(None) };
-        if chunk == 0 || prompt.is_empty() {
-            return Err(Error::Invalid("prefetch needs a chunk size and a prompt".into()));
+        if prompt.is_empty() || lens.contains(&0) || lens.iter().sum::<usize>() != prompt.len() {
+            return Err(Error::Invalid(format!(
+                "prefetch: chunks {lens:?} do not cut a {}-token prompt",
+                prompt.len()
+            )));
         }
         let mut hist = hist.clone();
         let ids = h.hash_tokens(&mut hist, prompt, None).map_err(|e| Error::Invalid(format!("engram: {e}")))?;
         let mut readers = Vec::new();
         for b in self.blocks.iter().filter(|b| b.engram.is_some()) {
             let k = h.layout().layer_index(b.role.layer).expect("engram blocks have a hash layer");
-            let chunks: Vec<Vec<u64>> = (0..prompt.len())
-                .step_by(chunk)
-                .map(|s| (s..(s + chunk).min(prompt.len())).flat_map(|t| ids.at(k, t).to_vec()).collect())
-                .collect();
+            let starts = lens.iter().scan(0, |at, &n| Some((std::mem::replace(at, *at + n), n)));
+            let chunks: Vec<Vec<u64>> =
+                starts.map(|(s, n)| (s..s + n).flat_map(|t| ids.at(k, t).to_vec()).collect()).collect();
             let table = b.engram.as_ref().expect("filtered").table.clone();
             readers.push((k, ReadAhead::start(table, chunks, depth, threads)));
         }
         readers.sort_by_key(|(k, _)| *k);
-        let lens = (0..prompt.len()).step_by(chunk).map(|s| chunk.min(prompt.len() - s)).collect();
-        Ok(Some(Prefetch { readers: readers.into_iter().map(|(_, r)| r).collect(), lens }))
+        Ok(Some(Prefetch {
+            readers: readers.into_iter().map(|(_, r)| r).collect(),
+            lens: lens.iter().copied().collect(),
+        }))
     }
 
     /// [`Model::prefill`] of the next chunk of a prefetched prompt: its Engram rows come from the read-ahead.

@@ -19,7 +19,32 @@ pub trait Family: Send + 'static {
     fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String>;
     /// Feeds rows after the prompt; returns each row's logits.
     fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String>;
+
+    /// What a prompt's rows fetched ahead of its chunks are held in (Engram read-ahead); `()` for families without.
+    type Prefetch: Send;
+    /// Starts fetching what the prompt's chunks (of these lengths, after `lane`'s history) will read; `None`: nothing to fetch.
+    fn prefetch(
+        &self,
+        _lane: &Self::Lane,
+        _prompt: &[u32],
+        _chunks: &[usize],
+    ) -> Result<Option<Self::Prefetch>, String> {
+        Ok(None)
+    }
+    /// [`Family::prefill`] of the next prefetched chunk.
+    fn prefill_prefetched(
+        &self,
+        lane: &mut Self::Lane,
+        tokens: &[u32],
+        last: bool,
+        _pf: &mut Self::Prefetch,
+    ) -> Result<Option<Vec<f32>>, String> {
+        self.prefill(lane, tokens, last)
+    }
 }
+
+/// Read-ahead depth (chunks) and reader threads of an admitted prompt's Engram rows (docs/engram-disk.md).
+const ENGRAM_AHEAD: (usize, usize) = (4, 16);
 
 impl Family for tf_dsv41::Model {
     type Lane = tf_dsv41::state::SeqState;
@@ -50,6 +75,26 @@ impl Family for tf_dsv41::Model {
 
     fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
         tf_dsv41::Model::decode(self, lane, tokens).map_err(|e| e.to_string())
+    }
+
+    type Prefetch = tf_dsv41::model::Prefetch;
+
+    /// Only tables read from disk (`--engram-io mmap|direct`) are fetched ahead; mapped ones are already in memory.
+    fn prefetch(&self, lane: &Self::Lane, prompt: &[u32], chunks: &[usize]) -> Result<Option<Self::Prefetch>, String> {
+        if self.opts.engram_io.is_none() {
+            return Ok(None);
+        }
+        self.prefetch_chunks(lane, prompt, chunks, ENGRAM_AHEAD).map_err(|e| e.to_string())
+    }
+
+    fn prefill_prefetched(
+        &self,
+        lane: &mut Self::Lane,
+        tokens: &[u32],
+        last: bool,
+        pf: &mut Self::Prefetch,
+    ) -> Result<Option<Vec<f32>>, String> {
+        tf_dsv41::Model::prefill_prefetched(self, lane, tokens, last, pf).map_err(|e| e.to_string())
     }
 }
 
@@ -83,6 +128,8 @@ impl Family for tf_dsv41::cuda::GpuModel {
     fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
         tf_dsv41::cuda::GpuModel::decode(self, lane, tokens).map_err(|e| e.to_string())
     }
+
+    type Prefetch = ();
 }
 
 /// Loads the dsv41 family from a checkpoint directory.

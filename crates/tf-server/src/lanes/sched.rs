@@ -9,8 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
-struct Active<L> {
+struct Active<L, P> {
     lane: L,
+    /// The prompt's rows in flight since admission (Engram read-ahead), one chunk per prefill step.
+    prefetch: Option<P>,
     job: Job,
     fed: usize,
     cached: usize,
@@ -22,7 +24,7 @@ struct Active<L> {
     last_token: Instant,
 }
 
-impl<L> Active<L> {
+impl<L, P> Active<L, P> {
     fn budget(&self) -> usize {
         self.job.req.prompt.len() + self.job.req.max_tokens.max(self.job.req.forced.len())
     }
@@ -32,7 +34,7 @@ pub(super) struct Scheduler<F: Family> {
     family: F,
     limits: Limits,
     queue: VecDeque<Job>,
-    active: Vec<Active<F::Lane>>,
+    active: Vec<Active<F::Lane, F::Prefetch>>,
     cache: PrefixCache<F::Lane>,
     metrics: Arc<Metrics>,
     queued_tokens: Arc<AtomicUsize>,
@@ -122,10 +124,32 @@ impl<F: Family> Scheduler<F> {
             self.metrics.prompt_admitted(prompt.len(), cached);
             job.cached.store(cached, Ordering::Relaxed);
             let snapshot_at = self.cache.snapshot_point(prompt.len()).filter(|&s| s > cached);
+            // The read-ahead starts now, at admission, so the first chunk's rows are in flight before its step.
+            let chunks = chunk_lens(cached, prompt.len(), self.limits.prefill_chunk.max(1), snapshot_at);
+            let prefetch =
+                if chunks.is_empty() { Ok(None) } else { self.family.prefetch(&lane, &prompt[cached..], &chunks) };
+            let prefetch = match prefetch {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = job.events.send(Event::Error(format!("cannot start the prompt's read-ahead: {e}")));
+                    self.metrics.finished(Outcome::Error, job.submitted.elapsed().as_secs_f64());
+                    continue;
+                }
+            };
             let rng = Rng::new(job.req.sampling.seed);
             let now = Instant::now();
-            let a =
-                Active { lane, job, fed: cached, cached, snapshot_at, next: None, generated: 0, rng, last_token: now };
+            let a = Active {
+                lane,
+                prefetch,
+                job,
+                fed: cached,
+                cached,
+                snapshot_at,
+                next: None,
+                generated: 0,
+                rng,
+                last_token: now,
+            };
             self.active.push(a);
         }
     }
@@ -164,11 +188,12 @@ impl<F: Family> Scheduler<F> {
         let a = &mut self.active[i];
         let prompt = &a.job.req.prompt;
         let logits = if a.fed < prompt.len() {
-            let mut end = (a.fed + chunk).min(prompt.len());
-            if let Some(s) = a.snapshot_at.filter(|&s| a.fed < s && s < end) {
-                end = s;
-            }
-            let r = family.prefill(&mut a.lane, &prompt[a.fed..end], end == prompt.len());
+            let end = chunk_end(a.fed, prompt.len(), chunk, a.snapshot_at);
+            let (tokens, last) = (&prompt[a.fed..end], end == prompt.len());
+            let r = match a.prefetch.as_mut() {
+                Some(pf) => family.prefill_prefetched(&mut a.lane, tokens, last, pf),
+                None => family.prefill(&mut a.lane, tokens, last),
+            };
             a.fed = end;
             if r.is_ok() && a.snapshot_at == Some(end) {
                 // A snapshot that cannot be made (device memory) only costs a later cache hit.
@@ -192,13 +217,30 @@ impl<F: Family> Scheduler<F> {
     }
 }
 
-fn fail<L>(a: &mut Active<L>, e: String) -> After {
+/// Where the prompt chunk starting at `fed` ends: `chunk` tokens on, or earlier at the prompt cache's snapshot point.
+fn chunk_end(fed: usize, len: usize, chunk: usize, snapshot_at: Option<usize>) -> usize {
+    let end = (fed + chunk).min(len);
+    snapshot_at.filter(|&s| fed < s && s < end).unwrap_or(end)
+}
+
+/// The lengths of the prompt chunks the steps from `fed` will feed.
+fn chunk_lens(mut fed: usize, len: usize, chunk: usize, snapshot_at: Option<usize>) -> Vec<usize> {
+    let mut lens = Vec::new();
+    while fed < len {
+        let end = chunk_end(fed, len, chunk, snapshot_at);
+        lens.push(end - fed);
+        fed = end;
+    }
+    lens
+}
+
+fn fail<L, P>(a: &mut Active<L, P>, e: String) -> After {
     let _ = a.job.events.send(Event::Error(e));
     After::Remove(Outcome::Error)
 }
 
 /// Picks (or, forced, takes) and sends one token; a forced run ending in a stop token finishes as `Stop`, like its original.
-fn emit<L>(a: &mut Active<L>, logits: &[f32], eos: u32, max_context: usize, metrics: &Metrics) -> After {
+fn emit<L, P>(a: &mut Active<L, P>, logits: &[f32], eos: u32, max_context: usize, metrics: &Metrics) -> After {
     let req = &a.job.req;
     let forced = !req.forced.is_empty();
     let id = if forced { req.forced[a.generated] } else { sample(logits, &req.sampling, &mut a.rng) };

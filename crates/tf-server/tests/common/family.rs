@@ -6,11 +6,12 @@ use tf_server::lanes::Family;
 /// Steps logged as ('p' or 'd', the lane's first token).
 pub type Log = Arc<Mutex<Vec<(char, u32)>>>;
 
-/// Holding `gate` holds every model step; `log` records them in order.
+/// Holding `gate` holds every model step; `log` records them in order; with `prefetch`, admission logs ('f', chunk count) and each fed chunk ('F', its length).
 #[derive(Clone, Default)]
 pub struct Scripted {
     pub gate: Arc<Mutex<()>>,
     pub log: Log,
+    pub prefetch: bool,
 }
 
 impl Family for Scripted {
@@ -46,6 +47,32 @@ impl Family for Scripted {
         }
         lane.extend_from_slice(tokens);
         Ok(vec![next_logits(lane)])
+    }
+
+    type Prefetch = Vec<usize>;
+
+    fn prefetch(&self, _lane: &Vec<u32>, prompt: &[u32], chunks: &[usize]) -> Result<Option<Vec<usize>>, String> {
+        if !self.prefetch {
+            return Ok(None);
+        }
+        assert_eq!(chunks.iter().sum::<usize>(), prompt.len(), "the chunks cut the prompt");
+        self.log.lock().unwrap().push(('f', chunks.len() as u32));
+        Ok(Some(chunks.to_vec()))
+    }
+
+    fn prefill_prefetched(
+        &self,
+        lane: &mut Vec<u32>,
+        tokens: &[u32],
+        last: bool,
+        pf: &mut Vec<usize>,
+    ) -> Result<Option<Vec<f32>>, String> {
+        if pf.first() != Some(&tokens.len()) {
+            return Err(format!("fetched ahead for {:?}, fed {}", pf.first(), tokens.len()));
+        }
+        pf.remove(0);
+        self.log.lock().unwrap().push(('F', tokens.len() as u32));
+        self.prefill(lane, tokens, last)
     }
 }
 
