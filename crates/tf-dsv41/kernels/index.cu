@@ -12,10 +12,11 @@ __device__ __forceinline__ int visible(int pos0, int r, int ratio) { return (pos
 #define SCORE_WARPS 4
 #define SCORE_MAX_HPL 4
 
-// Grid (rows, ceil(cap / SCORE_WARPS)); dynamic shared: the row's q f32 [heads][hd+1] (padded: lanes read distinct banks), its head weights [heads], one key f32 [hd] per warp. Lane l computes heads l, l+32, … each in the CPU's sequential order; the heads' terms are then summed in head order. Invisible entries get -inf so every byte is defined; a visible group past the keys is the CPU's zero key.
+// Grid (rows, ceil((cap - group0) / SCORE_WARPS)), one launch per 65535·SCORE_WARPS groups from group0; dynamic shared: the row's q f32 [heads][hd+1] (padded: lanes read distinct banks), its head weights [heads], one key f32 [hd] per warp. Lane l computes heads l, l+32, … each in the CPU's sequential order; the heads' terms are then summed in head order. Invisible entries get -inf so every byte is defined; a visible group past the keys is the CPU's zero key.
 extern "C" __global__ void index_scores(const unsigned short* __restrict__ q, const unsigned short* __restrict__ w,
                                         const unsigned short* __restrict__ keys, float* __restrict__ scores,
-                                        int heads, int hd, int groups, int cap, int pos0, int ratio, float c) {
+                                        int heads, int hd, int groups, int cap, int pos0, int ratio, float c,
+                                        int group0) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, qs = hd + 1;
     float* qf = reinterpret_cast<float*>(smem);
@@ -27,7 +28,7 @@ extern "C" __global__ void index_scores(const unsigned short* __restrict__ q, co
     for (int i = tid; i < heads * hd; i += blockDim.x) qf[(i / hd) * qs + i % hd] = widen(qrow[i]);
     for (int h = tid; h < heads; h += blockDim.x) wr[h] = round_bf16(widen(w[(size_t)r * heads + h]) * c);
     __syncthreads();
-    const int t = blockIdx.y * SCORE_WARPS + warp;
+    const int t = group0 + blockIdx.y * SCORE_WARPS + warp;
     if (t >= cap) return;
     float v;
     if (t >= visible(pos0, r, ratio)) {

@@ -60,12 +60,18 @@ pub fn index_scores(
     let (heads_i, hd_i, groups_i, cap_i) =
         (int(OP, "heads", heads)?, int(OP, "hd", hd)?, int(OP, "groups", groups)?, int(OP, "cap", cap)?);
     let (pos0_i, ratio_i) = (int(OP, "pos0", pos0)?, int(OP, "ratio", ratio)?);
-    let mut launch = gpu.stream().launch_builder(&f);
-    launch.arg(q).arg(w).arg(keys).arg(scores);
-    launch.arg(&heads_i).arg(&hd_i).arg(&groups_i).arg(&cap_i).arg(&pos0_i).arg(&ratio_i).arg(&c);
-    let cfg = grid((rows, cap.div_ceil(SCORE_WARPS)), (32 * SCORE_WARPS) as u32, smem);
-    // SAFETY: arguments match `index_scores(const u16* ×3, float*, int ×6, float)`; sizes checked above.
-    unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {rows} rows × {cap} groups"))?;
+    // The grid's y dimension holds 65,535 blocks, so a context past 262,140 groups takes several launches.
+    for group0 in (0..cap).step_by(65535 * SCORE_WARPS) {
+        let group0_i = int(OP, "group0", group0)?;
+        let blocks = (cap - group0).div_ceil(SCORE_WARPS).min(65535);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(q).arg(w).arg(keys).arg(&mut *scores);
+        launch.arg(&heads_i).arg(&hd_i).arg(&groups_i).arg(&cap_i).arg(&pos0_i).arg(&ratio_i).arg(&c).arg(&group0_i);
+        let cfg = grid((rows, blocks), (32 * SCORE_WARPS) as u32, smem);
+        // SAFETY: arguments match `index_scores(const u16* ×3, float*, int ×6, float, int)`; sizes checked above.
+        unsafe { launch.launch(cfg) }
+            .doing(|| format!("launching {OP} on {rows} rows × {cap} groups from {group0}"))?;
+    }
     Ok(())
 }
 
