@@ -22,6 +22,7 @@ pub fn check_scores(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Res
         ("groups past the keys score a zero key", 4, 8, 64, 5, 9, 2),
         ("decode: 64 heads × 128, 1000 groups", 1, 64, 128, 1000, 3999, 4),
         ("prefill from 0: row 0 sees nothing", 7, 4, 32, 3, 0, 2),
+        ("300,000 groups: two launches of at most 65,535 × 4", 1, 4, 32, 300_000, 299_999, 1),
     ];
     for (name, rows, heads, hd, groups, pos0, ratio) in cases {
         let cap = (pos0 + rows) / ratio;
