@@ -15,6 +15,22 @@ __device__ __forceinline__ bf16_bits bf16_rne(float x) {
     return (bf16_bits)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
 }
 
+// A 16-byte vector of bf16 or f32 as floats (bf16 element 0 in the low half of each word).
+__device__ __forceinline__ void unpack(const uint4& v, const bf16_bits*, float* f) {
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void unpack(const uint4& v, const float*, float* f) {
+    f[0] = __uint_as_float(v.x);
+    f[1] = __uint_as_float(v.y);
+    f[2] = __uint_as_float(v.z);
+    f[3] = __uint_as_float(v.w);
+}
+
 // An f32 result as the CPU's bf16 tensors hold it: rounded to bf16, then widened back.
 __device__ __forceinline__ float round_bf16(float x) { return widen(bf16_rne(x)); }
 

@@ -92,22 +92,6 @@ template <int LANES, typename X, typename W> struct TileShape {
     static_assert(OUTS * WROW % TILE_THREADS == 0, "weight vectors split evenly over the block");
 };
 
-// A 16-byte vector of bf16 or f32 as floats (bf16 element 0 in the low half of each word).
-__device__ __forceinline__ void unpack(const uint4& v, const bf16_bits*, float* f) {
-    const unsigned u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        f[2 * i] = __uint_as_float(u[i] << 16);
-        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-}
-__device__ __forceinline__ void unpack(const uint4& v, const float*, float* f) {
-    f[0] = __uint_as_float(v.x);
-    f[1] = __uint_as_float(v.y);
-    f[2] = __uint_as_float(v.z);
-    f[3] = __uint_as_float(v.w);
-}
-
 // Loads tile `kt0` (len columns) of the block's W rows and x rows into registers; out-of-range vectors are zero.
 template <int LANES, typename X, typename W>
 __device__ __forceinline__ void tile_fetch(const X* __restrict__ xt, const W* __restrict__ w, long long o0, int n, int k,

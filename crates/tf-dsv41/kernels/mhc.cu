@@ -32,6 +32,13 @@ __device__ __forceinline__ void publish(float* c, int t, int n, float v) {
     __syncthreads();
 }
 
+// Σ of hc entries of c from `at`, `step` apart, in order from -0.0 (a comb row: step 1; a column: step hc).
+__device__ __forceinline__ float line_sum(const float* c, int at, int step, int hc) {
+    float s = -0.0f;
+    for (int q = 0; q < hc; ++q) s += c[at + q * step];
+    return s;
+}
+
 // One block per row, in place over its raw dots: HcSite::mixes' scaling by 1/sqrt(mean(x²)+norm_eps) (ss: the sequential sum of squares), then split_sinkhorn with thread i·hc+j owning comb[i][j]; each sum runs in the CPU's order (from -0.0, like Rust's Sum), so every element is bit-identical.
 extern "C" __global__ void __launch_bounds__(SINKHORN_THREADS)
 hc_sinkhorn(float* __restrict__ mix, const float* __restrict__ ss, const float* __restrict__ scale,
@@ -55,29 +62,15 @@ hc_sinkhorn(float* __restrict__ mix, const float* __restrict__ ss, const float* 
         v = exp_rn(v - mx);
     }
     publish(c, t, n, v);
-    if (t < n) {
-        float s = -0.0f;
-        for (int q = 0; q < hc; ++q) s += c[i * hc + q];
-        v = v / s + eps;
-    }
+    if (t < n) v = v / line_sum(c, i * hc, 1, hc) + eps;
     publish(c, t, n, v);
     for (int it = 0; it < max(iters, 1); ++it) {
         // Columns after every row pass; from the second pass on, rows first (split_sinkhorn's loop).
         if (it > 0) {
-            if (t < n) {
-                float s = -0.0f;
-                for (int q = 0; q < hc; ++q) s += c[i * hc + q];
-                s = s + eps;
-                v = v / s;
-            }
+            if (t < n) v = v / (line_sum(c, i * hc, 1, hc) + eps);
             publish(c, t, n, v);
         }
-        if (t < n) {
-            float s = -0.0f;
-            for (int q = 0; q < hc; ++q) s += c[q * hc + j];
-            s = s + eps;
-            v = v / s;
-        }
+        if (t < n) v = v / (line_sum(c, j, hc, hc) + eps);
         publish(c, t, n, v);
     }
     if (t < hc) {

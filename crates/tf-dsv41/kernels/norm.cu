@@ -7,13 +7,7 @@
 __device__ __forceinline__ void norm_stage(const bf16_bits* __restrict__ xr, int c0, int len, bool vec, float* s) {
     if (vec) {
         for (int v = threadIdx.x; v < len / 8; v += blockDim.x) {
-            const uint4 u = __ldg(reinterpret_cast<const uint4*>(xr + c0) + v);
-            const unsigned p[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                s[8 * v + 2 * i] = __uint_as_float(p[i] << 16);
-                s[8 * v + 2 * i + 1] = __uint_as_float(p[i] & 0xffff0000u);
-            }
+            unpack(__ldg(reinterpret_cast<const uint4*>(xr + c0) + v), xr, s + 8 * v);
         }
     } else {
         for (int c = threadIdx.x; c < len; c += blockDim.x) s[c] = widen(__ldg(xr + c0 + c));
