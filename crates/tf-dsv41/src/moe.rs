@@ -93,9 +93,9 @@ impl Moe {
 
     /// Builds MXFP4 copies of the routed experts for calls of `min_rows` rows or more; false when they are not EXL3.
     pub fn add_mxfp4_prefill(&mut self, min_rows: usize) -> Result<bool> {
+        let copy = |w: &QLinear<Fp4Weight>| w.mxfp4_copy().map(|c| c.map(QLinear::Native));
         let mut experts = Vec::with_capacity(self.experts.len());
         for e in &self.experts {
-            let copy = |w: &QLinear<Fp4Weight>| w.mxfp4_copy().map(|c| c.map(QLinear::Native));
             let (Some(w1), Some(w2), Some(w3)) = (copy(&e.w1)?, copy(&e.w2)?, copy(&e.w3)?) else { return Ok(false) };
             experts.push(Expert { w1, w2, w3 });
         }

@@ -195,6 +195,10 @@ impl<F: Family> Scheduler<F> {
                 None => family.prefill(&mut a.lane, tokens, last),
             };
             a.fed = end;
+            if last {
+                // The prompt is in: its read-ahead (readers, buffers) goes now rather than with the lane.
+                a.prefetch = None;
+            }
             if r.is_ok() && a.snapshot_at == Some(end) {
                 // A snapshot that cannot be made (device memory) only costs a later cache hit.
                 if let Ok(snap) = family.fork(&a.lane) {
