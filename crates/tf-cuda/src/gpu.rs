@@ -1,6 +1,7 @@
 //! One GPU: its context, the one stream all work goes on, kernels loaded from our cached cubins, a memory pool, timing and graphs.
 
 use crate::error::{DriverResultExt, Error};
+use crate::graph::{GraphCache, GraphStats, STEP_CAPTURE, Staging, end_capture};
 use crate::pool::{DevicePool, PoolBuf};
 use crate::{Arch, KernelSpec, Nvrtc, cache_key, default_cache_dir};
 use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -74,6 +75,9 @@ pub struct Gpu {
     /// Loaded functions found by (source hash, entry, defines), so a launch neither hashes nor compares a source.
     by_name: Mutex<FastFunctions>,
     pool: DevicePool,
+    /// Pinned copies of what a step being captured uploads, and the step executables.
+    staging: Mutex<Staging>,
+    graphs: Mutex<GraphCache>,
 }
 
 impl Gpu {
@@ -112,6 +116,8 @@ impl Gpu {
             functions: Mutex::default(),
             by_name: Mutex::default(),
             pool,
+            staging: Mutex::default(),
+            graphs: Mutex::default(),
         })
     }
 
@@ -198,16 +204,34 @@ impl Gpu {
 
     /// Waits for all work on the stream; `what` names the work in the error, where a kernel fault surfaces.
     pub fn sync(&self, what: &str) -> Result<(), Error> {
+        self.not_capturing(what)?;
         self.stream.synchronize().doing(|| format!("waiting for {what} on GPU {}", self.ordinal))
+    }
+
+    /// Copies `bytes` into `buf` on the stream; inside a step capture, from a pinned copy the graph can read later.
+    fn htod(&self, bytes: &[u8], buf: &mut PoolBuf<'_>) -> Result<(), Error> {
+        let what = || format!("copying {} bytes to GPU", bytes.len());
+        if !self.pool.capturing() {
+            return self.stream.memcpy_htod(bytes, &mut buf.view_mut()).doing(what);
+        }
+        let mut staging = lock(&self.staging);
+        let pinned = staging.stage(&self.ctx, bytes)?;
+        self.stream.memcpy_htod(pinned, &mut buf.dev_mut().slice_mut(..bytes.len())).doing(what)
+    }
+
+    /// Fails when a step is being captured: `what` would need the GPU's results now.
+    fn not_capturing(&self, what: &str) -> Result<(), Error> {
+        if self.pool.capturing() {
+            return Err(Error::Launch { op: "graph capture", what: format!("{what} inside a captured step") });
+        }
+        Ok(())
     }
 
     /// A pooled buffer holding `host`'s bytes.
     pub fn upload<T: bytemuck::Pod>(&self, host: &[T]) -> Result<PoolBuf<'_>, Error> {
         let bytes: &[u8] = bytemuck::cast_slice(host);
         let mut buf = self.pool.take(bytes.len())?;
-        self.stream
-            .memcpy_htod(bytes, &mut buf.view_mut())
-            .doing(|| format!("copying {} bytes to GPU", bytes.len()))?;
+        self.htod(bytes, &mut buf)?;
         Ok(buf)
     }
 
@@ -215,9 +239,7 @@ impl Gpu {
     pub fn upload_exact<T: bytemuck::Pod>(&self, host: &[T]) -> Result<PoolBuf<'_>, Error> {
         let bytes: &[u8] = bytemuck::cast_slice(host);
         let mut buf = self.pool.take_exact(bytes.len())?;
-        self.stream
-            .memcpy_htod(bytes, &mut buf.view_mut())
-            .doing(|| format!("copying {} bytes to GPU", bytes.len()))?;
+        self.htod(bytes, &mut buf)?;
         Ok(buf)
     }
 
@@ -228,11 +250,12 @@ impl Gpu {
             let what = format!("{} bytes into a {}-byte buffer", bytes.len(), buf.len());
             return Err(Error::Launch { op: "upload", what });
         }
-        self.stream.memcpy_htod(bytes, &mut buf.view_mut()).doing(|| format!("copying {} bytes to GPU", bytes.len()))
+        self.htod(bytes, buf)
     }
 
     /// The buffer's bytes as `T`s (waits for the stream).
     pub fn download<T: bytemuck::Pod>(&self, buf: &PoolBuf<'_>) -> Result<Vec<T>, Error> {
+        self.not_capturing("a download")?;
         let bytes = self.stream.clone_dtoh(&buf.view()).doing(|| format!("copying {} bytes from GPU", buf.len()))?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
@@ -257,6 +280,36 @@ impl Gpu {
         let graph = self.stream.end_capture(CUgraphInstantiate_flags(0)).doing(|| "ending a graph capture".into());
         queued?;
         graph?.ok_or_else(|| Error::Launch { op: "graph capture", what: "the capture recorded no graph".into() })
+    }
+}
+
+impl Gpu {
+    /// Runs `f`'s work as one graph: recorded, then launched through an executable of `key` it updates (or a new one).
+    /// The stream's order is the same as running `f` directly, so results are the same bits; `f` must not download or sync.
+    /// The outer error is the capture's; the inner one is `f`'s, whose work is then dropped unlaunched.
+    pub fn replay<T, E>(&self, key: u64, f: impl FnOnce() -> Result<T, E>) -> Result<Result<T, E>, Error> {
+        // The staging of the last step is reused: its graph must have finished reading it.
+        self.sync("the previous step")?;
+        lock(&self.staging).reset();
+        self.stream.begin_capture(STEP_CAPTURE).doing(|| "beginning a step capture".into())?;
+        self.pool.set_capturing(true);
+        let out = f();
+        self.pool.set_capturing(false);
+        let graph = end_capture(&self.stream)?;
+        if let (Ok(_), Some(graph)) = (&out, graph) {
+            lock(&self.graphs).launch(key, &graph, &self.stream)?;
+        }
+        Ok(out)
+    }
+
+    /// Launches the last step recorded under `key` again, unchanged: it rewrites the same state, so only a bench may use it.
+    pub fn relaunch(&self, key: u64) -> Result<bool, Error> {
+        lock(&self.graphs).relaunch(key, &self.stream)
+    }
+
+    /// How many steps were captured, and how many of them updated a kept executable rather than instantiating one.
+    pub fn graph_stats(&self) -> GraphStats {
+        lock(&self.graphs).stats
     }
 }
 

@@ -3,7 +3,8 @@
 use crate::error::{DriverResultExt, Error};
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The smallest class: cudaMalloc rounds every allocation up to 256 bytes anyway.
 pub const MIN_CLASS: usize = 256;
@@ -78,11 +79,46 @@ impl<B> FreeLists<B> {
 pub struct DevicePool {
     stream: Arc<CudaStream>,
     lists: Mutex<FreeLists<CudaSlice<u8>>>,
+    /// Set while the stream records a graph: a cold allocation then comes from `side`, outside the capture.
+    capturing: AtomicBool,
+    side: OnceLock<Arc<CudaStream>>,
 }
 
 impl DevicePool {
     pub fn new(stream: Arc<CudaStream>) -> DevicePool {
-        DevicePool { stream, lists: Mutex::new(FreeLists::default()) }
+        DevicePool {
+            stream,
+            lists: Mutex::new(FreeLists::default()),
+            capturing: AtomicBool::new(false),
+            side: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn set_capturing(&self, on: bool) {
+        self.capturing.store(on, Ordering::SeqCst);
+    }
+
+    pub fn capturing(&self) -> bool {
+        self.capturing.load(Ordering::SeqCst)
+    }
+
+    /// `bytes` of fresh device memory, ready on the pool's stream; during a capture, allocated and waited for on a side stream.
+    fn alloc(&self, bytes: usize, what: impl Fn() -> String) -> Result<CudaSlice<u8>, Error> {
+        if !self.capturing() {
+            // SAFETY: u8 has no invalid bit patterns; callers write before they read, or read poison on purpose.
+            return unsafe { self.stream.alloc::<u8>(bytes) }.doing(what);
+        }
+        let side = match self.side.get() {
+            Some(s) => s,
+            None => {
+                let s = self.stream.context().new_stream().doing(|| "creating the pool's side stream".into())?;
+                self.side.get_or_init(|| s)
+            }
+        };
+        // SAFETY: as above; the side stream's sync makes the memory usable on the capturing stream at once.
+        let slice = unsafe { side.alloc::<u8>(bytes) }.doing(&what)?;
+        side.synchronize().doing(what)?;
+        Ok(slice)
     }
 
     fn lists(&self) -> MutexGuard<'_, FreeLists<CudaSlice<u8>>> {
@@ -94,26 +130,23 @@ impl DevicePool {
     pub fn take(&self, bytes: usize) -> Result<PoolBuf<'_>, Error> {
         let class = size_class(bytes)
             .ok_or_else(|| Error::Launch { op: "device pool", what: format!("no size class holds {bytes} bytes") })?;
-        let slice = self.lists().take(class, || {
-            // SAFETY: u8 has no invalid bit patterns; callers write before they read, or read poison on purpose.
-            unsafe { self.stream.alloc::<u8>(class) }.doing(|| format!("cudaMalloc of {class} bytes (for {bytes})"))
-        })?;
+        let slice =
+            self.lists().take(class, || self.alloc(class, || format!("cudaMalloc of {class} bytes (for {bytes})")))?;
         Ok(PoolBuf { slice: Some(slice), len: bytes, class, pool: self })
     }
 
     /// A buffer of exactly `bytes` (weights: no size-class slack); on drop it waits on its own list for a take of that size.
     pub fn take_exact(&self, bytes: usize) -> Result<PoolBuf<'_>, Error> {
         let class = bytes.max(1);
-        let slice = self.lists().take(class, || {
-            // SAFETY: u8 has no invalid bit patterns; callers write before they read.
-            unsafe { self.stream.alloc::<u8>(class) }.doing(|| format!("cudaMalloc of {class} bytes"))
-        })?;
+        let slice = self.lists().take(class, || self.alloc(class, || format!("cudaMalloc of {class} bytes")))?;
         Ok(PoolBuf { slice: Some(slice), len: bytes, class, pool: self })
     }
 
-    /// Frees every buffer not in use.
-    pub fn release_free(&self) {
+    /// Frees every buffer not in use, once the stream's queued work (which may still read them) is done.
+    pub fn release_free(&self) -> Result<(), Error> {
+        self.stream.synchronize().doing(|| "waiting for the stream before freeing pooled memory".into())?;
         drop(self.lists().drain());
+        Ok(())
     }
 
     pub fn stats(&self) -> PoolStats {

@@ -29,7 +29,7 @@ pub fn copy_ms(gpu: &Gpu, bytes: usize, warmup: usize, reps: usize) -> Result<Ve
     }
     let ms = (0..reps).map(|_| gpu.time_ms(|g| copy(g, &mut dst))).collect::<Result<Vec<_>, _>>()?;
     drop((src, dst));
-    gpu.pool().release_free();
+    gpu.pool().release_free()?;
     Ok(ms)
 }
 

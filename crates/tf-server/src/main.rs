@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_server::generate;
 
-const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--max-lanes N]
+const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--cuda-graphs] [--max-lanes N]
          [--prefill-experts exl3|mxfp4] [--prefill-mxfp4-layers N] [--prefill-mxfp4-min-rows N]
          [--max-queue N] [--max-queued-tokens N] [--max-active-tokens N] [--prefill-chunk N]
          [--admission fifo|short-first] [--prefix-block N] [--prefix-cache-tokens N (0: off)]
@@ -128,6 +128,10 @@ fn serve(args: &[String]) -> ExitCode {
                 cfg.wide_sums = true;
                 Ok(())
             }
+            "--cuda-graphs" => {
+                cfg.cuda_graphs = true;
+                Ok(())
+            }
             "--prefill-experts" => value().and_then(|v| match v.as_str() {
                 "exl3" | "mxfp4" => {
                     mxfp4 = v == "mxfp4";
@@ -157,6 +161,10 @@ fn serve(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if cfg.cuda_graphs && cfg.device == tf_server::http::serve::Device::Cpu {
+        eprintln!("tf serve: --cuda-graphs needs --device cuda\n{USAGE}");
+        return ExitCode::from(2);
+    }
     match tf_server::http::serve::run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -19,7 +19,7 @@ fn a_gpu_that_cannot_be_opened_fails_the_load_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, dir.path()).unwrap();
     // Ordinal 99 exists on no machine, so this fails with or without a driver.
-    let err = load_engine(dir.path(), Limits::default(), tf_dsv41::Options::default(), Device::Cuda(99))
+    let err = load_engine(dir.path(), Limits::default(), tf_dsv41::Options::default(), Device::Cuda(99), false)
         .err()
         .expect("GPU 99 cannot load");
     assert!(err.contains("GPU 99"), "{err}");

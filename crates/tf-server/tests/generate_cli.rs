@@ -90,6 +90,9 @@ fn usage_errors_exit_2() {
     assert_eq!(tf(&["generate", "--prompt", "p"]).status.code(), Some(2));
     assert_eq!(tf(&["frobnicate"]).status.code(), Some(2));
     assert!(tf(&["generate", "--help"]).status.success());
+    let graphs_on_cpu = tf(&["serve", "--cuda-graphs", "--port", "0"]);
+    assert_eq!(graphs_on_cpu.status.code(), Some(2));
+    assert!(String::from_utf8(graphs_on_cpu.stderr).unwrap().contains("--cuda-graphs needs --device cuda"));
 }
 
 #[test]

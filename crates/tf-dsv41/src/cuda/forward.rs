@@ -124,10 +124,32 @@ impl GpuModel {
             return Err(Error::Invalid("decode of no tokens".into()));
         }
         let pos0 = lane.pos;
-        let mut s = self.embed_rows(tokens)?;
         let ids = self.engram_ids(lane, tokens)?;
-        self.run_blocks(0..self.cfg().n_layers, &mut s, lane, pos0, &ids, false)?;
+        let n = self.cfg().n_layers;
+        let mut step = || -> Result<super::weights::Buf> {
+            let mut s = self.embed_rows(tokens)?;
+            self.run_blocks(0..n, &mut s, lane, pos0, &ids, false)?;
+            self.head_rows(&s).map_err(cuda)
+        };
+        let logits = if self.graph_step(tokens.len()) {
+            self.gpu.replay(tokens.len() as u64, step).map_err(cuda)??
+        } else {
+            step()?
+        };
         lane.pos += tokens.len();
-        self.logits(&s).map_err(cuda)
+        self.split_logits(&logits).map_err(cuda)
     }
+
+    /// Whether this decode runs as a graph: switched on, nothing reading results mid-step, and a direct step of this size ran.
+    fn graph_step(&self, rows: usize) -> bool {
+        if !self.graphs || unlocked(&self.profile).is_some() || unlocked(&self.route_log).is_some() {
+            return false;
+        }
+        !unlocked(&self.graph_warm).insert(rows)
+    }
+}
+
+fn unlocked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Each holder leaves its value whole, so a poisoned lock still guards consistent data.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

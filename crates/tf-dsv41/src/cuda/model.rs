@@ -26,6 +26,9 @@ pub struct GpuModel {
     pub route_log: std::sync::Mutex<Option<Vec<Vec<i32>>>>,
     /// When `Some`, phases run between syncs and add (host enqueue s, total s, calls) under their name: the bench's breakdown.
     pub profile: std::sync::Mutex<Option<Profile>>,
+    /// Decode steps run as one CUDA graph each (`Gpu::replay`), after a first step of each row count runs directly.
+    pub graphs: bool,
+    pub(crate) graph_warm: std::sync::Mutex<std::collections::HashSet<usize>>,
 }
 
 /// Per phase name: host enqueue seconds, total seconds, calls.
@@ -105,6 +108,8 @@ impl GpuModel {
             cpu: Some(cpu),
             route_log: Default::default(),
             profile: Default::default(),
+            graphs: false,
+            graph_warm: Default::default(),
         })
     }
 
@@ -214,16 +219,24 @@ impl GpuModel {
         run().map_err(cuda_err)
     }
 
-    /// f32 logits of every row of the streams (`head(norm(hc_pre(X, pre)))`), downloaded.
-    pub(crate) fn logits(&self, s: &GStreams) -> Result<Vec<Vec<f32>>, Error> {
+    /// f32 logits of every row of the streams (`head(norm(hc_pre(X, pre)))`), on the GPU.
+    pub(crate) fn head_rows(&self, s: &GStreams) -> Result<Buf, Error> {
         let cfg = self.cfg();
         let (hc, dim) = (cfg.hc_mult, cfg.dim);
         let mut c = self.gpu.pool().take(s.rows * dim * 2)?;
         ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut c.view_mut(), (s.rows, hc, dim))?;
         let normed = self.norm(&c, &self.norm, s.rows, dim)?;
-        let logits = self.phase("head", || self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1))?;
-        let all: Vec<f32> = self.gpu.download(&logits)?;
-        Ok(all.chunks_exact(cfg.vocab_size).map(<[f32]>::to_vec).collect())
+        self.phase("head", || self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1))
+    }
+
+    /// [`GpuModel::head_rows`] downloaded, a vector per row.
+    pub(crate) fn split_logits(&self, logits: &Buf) -> Result<Vec<Vec<f32>>, Error> {
+        let all: Vec<f32> = self.gpu.download(logits)?;
+        Ok(all.chunks_exact(self.cfg().vocab_size).map(<[f32]>::to_vec).collect())
+    }
+
+    pub(crate) fn logits(&self, s: &GStreams) -> Result<Vec<Vec<f32>>, Error> {
+        self.split_logits(&self.head_rows(s)?)
     }
 
     /// The logits of the last row only (a prompt's next-token distribution).

@@ -197,6 +197,8 @@ impl GpuModel {
             opts,
             route_log: Default::default(),
             profile: Default::default(),
+            graphs: false,
+            graph_warm: Default::default(),
         })
     }
 

@@ -302,7 +302,7 @@ fn check_timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps:
         time_row(report, &case, us, 6 * wbytes + rows * (k + k / 8), copy_gbps);
         drop((table, ids_d, y, codes, scales));
         drop(ws_copies);
-        gpu.pool().release_free();
+        gpu.pool().release_free()?;
     }
     Ok(())
 }

@@ -22,6 +22,8 @@ pub struct ServeConfig {
     pub wide_sums: bool,
     /// Tier-2 switch (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for long prompt chunks; off by default.
     pub prefill_mxfp4: Option<tf_dsv41::PrefillMxfp4>,
+    /// `--cuda-graphs`: each decode step recorded and launched as one CUDA graph (same bits; off, as it measured no faster).
+    pub cuda_graphs: bool,
 }
 
 /// Where the model runs: the CPU reference, or one NVIDIA GPU by ordinal.
@@ -60,6 +62,7 @@ impl Default for ServeConfig {
             device: Device::Cpu,
             wide_sums: false,
             prefill_mxfp4: None,
+            cuda_graphs: false,
         }
     }
 }
@@ -84,8 +87,14 @@ pub fn ensure_default_model(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Loads tokenizer and model from a checkpoint directory and starts its lane host.
-pub fn load_engine(dir: &Path, limits: Limits, opts: tf_dsv41::Options, device: Device) -> Result<Engine, String> {
+/// Loads tokenizer and model from a checkpoint directory and starts its lane host (`graphs`: CUDA graph decode steps).
+pub fn load_engine(
+    dir: &Path,
+    limits: Limits,
+    opts: tf_dsv41::Options,
+    device: Device,
+    graphs: bool,
+) -> Result<Engine, String> {
     let tok = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| e.to_string())?;
     let (host, bos) = match device {
         Device::Cpu => {
@@ -95,8 +104,9 @@ pub fn load_engine(dir: &Path, limits: Limits, opts: tf_dsv41::Options, device: 
         }
         Device::Cuda(n) => {
             let gpu = tf_dsv41::cuda::open_gpu(n).map_err(|e| format!("GPU {n}: {e}"))?;
-            let model =
+            let mut model =
                 tf_dsv41::cuda::GpuModel::load(dir, opts, gpu).map_err(|e| format!("{}: {e}", dir.display()))?;
+            model.graphs = graphs;
             let bos = model.cfg().bos_token_id;
             (LaneHost::spawn(model, limits), bos)
         }
@@ -124,6 +134,7 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
                     ..tf_dsv41::Options::default()
                 },
                 cfg.device,
+                cfg.cuda_graphs,
             )
         });
         match loaded {

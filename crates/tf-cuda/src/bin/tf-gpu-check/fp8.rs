@@ -170,7 +170,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
         }
         report.push("fp8_gemv", entry);
         drop((xd, d));
-        gpu.pool().release_free();
+        gpu.pool().release_free()?;
     }
     Ok(())
 }

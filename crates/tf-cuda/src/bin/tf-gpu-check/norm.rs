@@ -130,7 +130,7 @@ fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) 
         ops::rmsnorm_bf16(g, &xs[i], &wd, &mut ys[i], rows, dim, EPS)
     })?;
     drop((xs, ys));
-    gpu.pool().release_free();
+    gpu.pool().release_free()?;
     let gbps = (2 * rows * dim * 2 + dim * 2) as f64 / (f64::from(t) * 1e-3) / 1e9;
     let result = format!("{:.2} µs cold L2, {gbps:.0} GB/s = {:.2} of copy", t * 1e3, gbps / copy_gbps);
     report.row("rmsnorm_bf16 time", format!("{rows}×{dim}"), result, true);

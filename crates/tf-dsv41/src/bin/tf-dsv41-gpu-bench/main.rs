@@ -61,7 +61,7 @@ fn run() -> Result<Value, String> {
     } else {
         Value::Null
     };
-    gpu.pool().release_free();
+    gpu.pool().release_free().map_err(fail)?;
     let mut cfg = flash_config(layers).map_err(fail)?;
     // TF_BENCH_WIDE=1 times the tier-2 wide-sum switch (RMSNorm and mHC x² in 32 lanes).
     if env("TF_BENCH_WIDE", 0) == 1 {
@@ -69,7 +69,7 @@ fn run() -> Result<Value, String> {
     }
     println!("[bench] sum order {:?}", cfg.sums);
     let t = Instant::now();
-    let model = GpuModel::synthetic(cfg.clone(), gpu, 0x5EED).map_err(fail)?;
+    let mut model = GpuModel::synthetic(cfg.clone(), gpu, 0x5EED).map_err(fail)?;
     let all: usize = (0..layers).map(|l| model.block_weight_bytes(l)).map(|(r, e)| r + e * cfg.n_routed_experts).sum();
     println!(
         "[bench] flash-shaped model: {layers} layers, {:.1} GB of weights, generated in {:.1} s",
@@ -86,9 +86,20 @@ fn run() -> Result<Value, String> {
         Ok(list) => list.split(',').filter_map(|b| b.trim().parse().ok()).collect(),
         Err(_) => BATCHES.to_vec(),
     };
+    // TF_BENCH_GRAPHS=0 times direct launches only; 1 (the default) times each batch both ways in this run.
+    let modes: &[bool] = if env("TF_BENCH_GRAPHS", 1) == 1 { &[false, true] } else { &[false] };
     for b in batches {
-        decode.push(decode_batch(&model, &base, b, ctx, gbps, &mut rng)?);
+        for &graphs in modes {
+            model.graphs = graphs;
+            decode.push(decode_batch(&model, &base, b, ctx, gbps, &mut rng)?);
+        }
     }
+    model.graphs = false;
+    let g = gpu.graph_stats();
+    println!(
+        "[bench] graphs: {} steps captured, {} updated an executable, {} instantiated",
+        g.captured, g.updated, g.instantiated
+    );
     let profile = profile(&model, &base, &mut rng)?;
     drop(base);
     let prefill = if prompt == 0 { Value::Null } else { prefill(&model, prompt, chunk, budget_s, &mut rng)? };
@@ -120,12 +131,23 @@ fn decode_batch(
         ms.push(t.elapsed().as_secs_f32() * 1e3);
     }
     let step_ms = f64::from(median(&ms));
+    // The GPU's own time for the last step: its graph relaunched as is, so host launch cost drops out.
+    let gpu_only_ms = if model.graphs {
+        let reps = 20;
+        let t = model.gpu.time_ms(|g| (0..reps).try_for_each(|_| g.relaunch(b as u64).map(drop))).map_err(fail)?;
+        let ms = f64::from(t) / f64::from(reps);
+        println!("[bench] decode batch {b:2} graph relaunched as is (GPU time alone): {ms:.2} ms/step");
+        Some(ms)
+    } else {
+        None
+    };
     let read = bytes.weights + b * bytes.kv;
     let floor_ms = read as f64 / (gbps * 1e9) * 1e3;
     let layers = model.cfg().n_layers;
     let mean_distinct = bytes.distinct_experts.iter().sum::<usize>() as f64 / layers as f64;
+    let how = if model.graphs { "graph " } else { "direct" };
     println!(
-        "[bench] decode batch {b:2}: {step_ms:8.2} ms/step {:7.3} ms/layer {:7.3} ms/token; floor {floor_ms:.3} ms ({:.1} MB: weights touched {:.1} MB with {mean_distinct:.1} experts/layer, KV {:.2} MB); ratio {:.2}× floor",
+        "[bench] decode batch {b:2} {how}: {step_ms:8.2} ms/step {:7.3} ms/layer {:7.3} ms/token; floor {floor_ms:.3} ms ({:.1} MB: weights touched {:.1} MB with {mean_distinct:.1} experts/layer, KV {:.2} MB); ratio {:.2}× floor",
         step_ms / layers as f64,
         step_ms / b as f64,
         read as f64 / 1e6,
@@ -133,9 +155,11 @@ fn decode_batch(
         (b * bytes.kv) as f64 / 1e6,
         step_ms / floor_ms
     );
-    Ok(json!({"batch": b, "step_ms": step_ms, "ms_per_token": step_ms / b as f64, "floor_ms": floor_ms,
+    Ok(
+        json!({"batch": b, "graphs": model.graphs, "gpu_only_ms": gpu_only_ms, "step_ms": step_ms, "ms_per_token": step_ms / b as f64, "floor_ms": floor_ms,
               "bytes_read": read, "weight_bytes": bytes.weights, "kv_bytes": b * bytes.kv,
-              "distinct_experts": bytes.distinct_experts, "ratio_to_floor": step_ms / floor_ms, "samples_ms": ms}))
+              "distinct_experts": bytes.distinct_experts, "ratio_to_floor": step_ms / floor_ms, "samples_ms": ms}),
+    )
 }
 
 /// A `prompt`-token prefill in `chunk`-row calls, each timed to its end; stops after `budget_s` seconds.

@@ -10,7 +10,7 @@ use tf_dsv41::tiny::{TinyKind, write_checkpoint};
 use tf_dsv41::{Model, Options};
 
 /// Greedy steps compared per prompt (the gate).
-const STEPS: usize = 64;
+pub(crate) const STEPS: usize = 64;
 /// Largest |Δlogit| per row, declared before measuring as the golden gate's (tests/golden.rs): DeepSeek's reference itself moves rows by up to 1.71 when only its f32 summation order changes (tools/golden/README.md §6), and the random tiny models amplify one flipped bf16 ulp in layer 0 to a third of the logits' RMS by the last layer.
 pub(crate) const LOGIT_TOL: f64 = 2.0;
 /// The same gate's bounds on the median and 90th percentile of the rows' |Δlogit|.
@@ -61,7 +61,7 @@ fn top(l: &[f32], k: usize) -> Vec<u32> {
 }
 
 /// The prompt in chunks of [`CHUNK`]; the last row's logits.
-fn prefill(side: &mut dyn Side, prompt: &[u32]) -> Result<Vec<f32>, String> {
+pub(crate) fn prefill(side: &mut dyn Side, prompt: &[u32]) -> Result<Vec<f32>, String> {
     let mut out = None;
     for (i, c) in prompt.chunks(CHUNK).enumerate() {
         out = side.prefill(c, (i + 1) * CHUNK >= prompt.len())?;
@@ -70,7 +70,7 @@ fn prefill(side: &mut dyn Side, prompt: &[u32]) -> Result<Vec<f32>, String> {
 }
 
 /// Prefill in chunks, then greedy decode; every step's logits (the prompt's last row first).
-fn run(side: &mut dyn Side, prompt: &[u32], steps: usize) -> Result<Vec<Vec<f32>>, String> {
+pub(crate) fn run(side: &mut dyn Side, prompt: &[u32], steps: usize) -> Result<Vec<Vec<f32>>, String> {
     let mut out = vec![prefill(side, prompt)?];
     for _ in 0..steps {
         let t = argmax(out.last().expect("the last chunk returns logits"));
@@ -146,7 +146,7 @@ fn gates(
     for (replay, wide_sums) in [(true, false), (false, false), (false, true)] {
         let opts = Options { replay, wide_sums, ..Options::default() };
         let cpu = Model::load(dir, opts).map_err(err)?;
-        let gm = GpuModel::load(dir, opts, gpu).map_err(err)?;
+        let mut gm = GpuModel::load(dir, opts, gpu).map_err(err)?;
         let vocab = cpu.cfg.vocab_size;
         let wide = if wide_sums { ", wide sums" } else { "" };
         let name = format!("{} replay {}{wide}", kind.name(), if replay { "on" } else { "off" });
@@ -186,12 +186,20 @@ fn gates(
         if !replay {
             decode_row(&gm, rng, report, &name)?;
         }
+        crate::graphs::check(&mut gm, &solo, rng, report, &name)?;
+        concurrent(&gm, &solo, report, &format!("{name}, graphs"))?;
+        gm.graphs = false;
     }
     Ok(())
 }
 
 /// Two lanes interleaved step by step give each lane's solo logits bit for bit.
-fn concurrent(gm: &GpuModel, solo: &[(Vec<u32>, Vec<Vec<f32>>)], report: &mut Report, name: &str) -> Result<(), Error> {
+pub(crate) fn concurrent(
+    gm: &GpuModel,
+    solo: &[(Vec<u32>, Vec<Vec<f32>>)],
+    report: &mut Report,
+    name: &str,
+) -> Result<(), Error> {
     let steps = 16;
     let (pa, sa) = &solo[2];
     let (pb, sb) = &solo[3];

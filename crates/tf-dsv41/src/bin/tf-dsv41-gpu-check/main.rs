@@ -2,6 +2,7 @@
 
 mod attn;
 mod e2e;
+mod graphs;
 mod index;
 mod lengths;
 mod lin;
