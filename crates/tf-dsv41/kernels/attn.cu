@@ -17,29 +17,60 @@ __device__ __forceinline__ const unsigned short* resolve(int id, const unsigned 
     return nullptr;
 }
 
+// Adds the eight bf16 of `v` times q[0..8) to acc in order, product and add rounded apart.
+__device__ __forceinline__ float dot8(float acc, const float* __restrict__ q, uint4 v) {
+    const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        acc += q[2 * i] * widen((unsigned short)(w[i] & 0xFFFF));
+        acc += q[2 * i + 1] * widen((unsigned short)(w[i] >> 16));
+    }
+    return acc;
+}
+
+// 16-byte loads of a key row in flight while the previous ones are added: one memory latency per 128 bytes, not per 16.
+#define DOT_AHEAD 8
+
 // The CPU's `q·k` as one sequential f32 sum from -0.0 (Rust's float `sum`), product and add rounded apart.
 __device__ float dot_seq(const float* __restrict__ q, const unsigned short* __restrict__ k, int d) {
     float acc = -0.0f;
-    if ((((size_t)k) & 15) == 0 && (d & 7) == 0) {
+    if ((((size_t)k) & 15) == 0 && (d % (8 * DOT_AHEAD)) == 0) {
         const uint4* k4 = reinterpret_cast<const uint4*>(k);
-        const int n = d / 8;
-        uint4 v = k4[0];
-        // The next 16 bytes load while these eight are added, so the chain does not wait on memory.
-#pragma unroll 4
-        for (int c = 0; c < n; ++c) {
-            const uint4 next = c + 1 < n ? k4[c + 1] : v;
-            const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+        const int groups = d / (8 * DOT_AHEAD);
+        uint4 cur[DOT_AHEAD], nxt[DOT_AHEAD];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                acc += q[8 * c + 2 * i] * widen((unsigned short)(w[i] & 0xFFFF));
-                acc += q[8 * c + 2 * i + 1] * widen((unsigned short)(w[i] >> 16));
-            }
-            v = next;
+        for (int u = 0; u < DOT_AHEAD; ++u) cur[u] = k4[u];
+        for (int g = 0; g < groups; ++g) {
+            // The last group reloads itself, so no load leaves the row.
+            const int ng = min(g + 1, groups - 1);
+#pragma unroll
+            for (int u = 0; u < DOT_AHEAD; ++u) nxt[u] = k4[ng * DOT_AHEAD + u];
+#pragma unroll
+            for (int u = 0; u < DOT_AHEAD; ++u) acc = dot8(acc, q + 8 * (g * DOT_AHEAD + u), cur[u]);
+#pragma unroll
+            for (int u = 0; u < DOT_AHEAD; ++u) cur[u] = nxt[u];
         }
+    } else if ((((size_t)k) & 15) == 0 && (d & 7) == 0) {
+        const uint4* k4 = reinterpret_cast<const uint4*>(k);
+        for (int c = 0; c < d / 8; ++c) acc = dot8(acc, q + 8 * c, k4[c]);
     } else {
         for (int c = 0; c < d; ++c) acc += q[c] * widen(k[c]);
     }
     return acc;
+}
+
+// Keys whose value pairs load together in the p·v pass, ahead of the adds of the keys before them.
+#define PV_AHEAD 16
+
+// Column pair c2 (bf16 × 2) of keys j0 .. j0+PV_AHEAD; past the list or an empty slot gives 0 (never added).
+__device__ __forceinline__ void load_pairs(const unsigned short* const* keys, int j0, int L, int c2,
+                                           unsigned int (&out)[PV_AHEAD]) {
+#pragma unroll
+    for (int u = 0; u < PV_AHEAD; ++u) {
+        const int j = j0 + u;
+        const unsigned short* kr = j < L ? keys[j] : nullptr;
+        out[u] = kr ? __ldg(reinterpret_cast<const unsigned int*>(kr) + c2) : 0u;
+    }
 }
 
 // Grid (rows, heads); a row's key list is window[r, :] then sel[r, :], as the CPU forward builds it. Dynamic shared: q f32 [d], per key its row pointer and score (later probability), per block its max and rescale.
@@ -98,7 +129,17 @@ extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, con
         float total = 0.0f;
         for (int b = 0; b < nblk; ++b) {
             float psum = 0.0f;
-            for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) psum += p[j];
+            const int j1 = min(L, (b + 1) * BLOCK);
+            int j = b * BLOCK;
+            // Sixteen loads before their sixteen in-order adds, so shared-memory latency is paid once per sixteen.
+            for (; j + 16 <= j1; j += 16) {
+                float v[16];
+#pragma unroll
+                for (int u = 0; u < 16; ++u) v[u] = p[j + u];
+#pragma unroll
+                for (int u = 0; u < 16; ++u) psum += v[u];
+            }
+            for (; j < j1; ++j) psum += p[j];
             total = total * rescale[b] + psum;
         }
         const float m = nblk > 0 ? run_max[nblk - 1] : -1e30f;
@@ -110,22 +151,42 @@ extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, con
     __syncthreads();
 
     unsigned short* orow = out + ((size_t)r * heads + h) * d;
-    for (int c = tid; c < d; c += nt) {
+    // Even d: a thread owns column pairs and keeps PV_AHEAD keys' values in flight; each column's adds keep the CPU's order.
+    const int pairs = (d % 2 == 0) ? d / 2 : 0;
+    const int groups = (L + PV_AHEAD - 1) / PV_AHEAD;
+    for (int c2 = tid; c2 < pairs; c2 += nt) {
+        float acc0 = 0.0f, acc1 = 0.0f, pv0 = 0.0f, pv1 = 0.0f;
+        unsigned int cur[PV_AHEAD], nxt[PV_AHEAD];
+        load_pairs(keys, 0, L, c2, cur);
+        for (int g = 0; g < groups; ++g) {
+            load_pairs(keys, (g + 1) * PV_AHEAD, L, c2, nxt);
+#pragma unroll
+            for (int u = 0; u < PV_AHEAD; ++u) {
+                const int j = g * PV_AHEAD + u;
+                if (j < L && keys[j]) {
+                    pv0 += p[j] * widen((unsigned short)(cur[u] & 0xFFFF));
+                    pv1 += p[j] * widen((unsigned short)(cur[u] >> 16));
+                }
+                // A softmax block ends: fold its sum into the running one, as the CPU does per block.
+                if (j < L && ((j + 1) % BLOCK == 0 || j + 1 == L)) {
+                    const float rs = rescale[j / BLOCK];
+                    acc0 = acc0 * rs + pv0;
+                    acc1 = acc1 * rs + pv1;
+                    pv0 = 0.0f;
+                    pv1 = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < PV_AHEAD; ++u) cur[u] = nxt[u];
+        }
+        orow[2 * c2] = bf16_rne(acc0 / sum_exp);
+        orow[2 * c2 + 1] = bf16_rne(acc1 / sum_exp);
+    }
+    for (int c = tid; pairs == 0 && c < d; c += nt) {
         float acc = 0.0f;
         for (int b = 0; b < nblk; ++b) {
             float pv = 0.0f;
-            const int j1 = min(L, (b + 1) * BLOCK);
-            int j = b * BLOCK;
-            // Eight keys' values load before their adds (in key order), so the chain waits on memory once per eight.
-            for (; j + 8 <= j1; j += 8) {
-                float kv[8];
-#pragma unroll
-                for (int u = 0; u < 8; ++u) kv[u] = keys[j + u] ? widen(keys[j + u][c]) : 0.0f;
-#pragma unroll
-                for (int u = 0; u < 8; ++u)
-                    if (keys[j + u]) pv += p[j + u] * kv[u];
-            }
-            for (; j < j1; ++j)
+            for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j)
                 if (keys[j]) pv += p[j] * widen(keys[j][c]);
             acc = acc * rescale[b] + pv;
         }

@@ -73,21 +73,34 @@ __device__ float log1p_rn(float x) {
     return (float)ln_f64(1.0 + xd);
 }
 
-// acc + Σ s[i]² for i < n in index order (each product and sum rounded alone); s 16-byte aligned. The next four values load while the current four are added, so the chain runs at the add latency.
+// Float4 loads a one-thread sum of squares keeps in flight: shared-memory latency (~30 cycles) is hidden behind 8 × 4 dependent adds.
+#define SEQ_AHEAD 8
+
+// acc + a.x² + a.y² + a.z² + a.w², each product and sum rounded alone, in that order.
+__device__ __forceinline__ float add_squares4(float acc, float4 a) {
+    const float p0 = __fmul_rn(a.x, a.x), p1 = __fmul_rn(a.y, a.y), p2 = __fmul_rn(a.z, a.z), p3 = __fmul_rn(a.w, a.w);
+    return __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(acc, p0), p1), p2), p3);
+}
+
+// acc + Σ s[i]² for i < n in index order; s 16-byte aligned. Loads run SEQ_AHEAD float4s ahead of the adds.
 __device__ __forceinline__ float seq_sum_squares(const float* s, int n, float acc) {
     const float4* s4 = reinterpret_cast<const float4*>(s);
     const int n4 = n / 4;
-    if (n4 > 0) {
-        float4 a = s4[0];
-#pragma unroll 4
-        for (int q = 0; q < n4; ++q) {
-            const float4 next = q + 1 < n4 ? s4[q + 1] : a;
-            const float p0 = __fmul_rn(a.x, a.x), p1 = __fmul_rn(a.y, a.y);
-            const float p2 = __fmul_rn(a.z, a.z), p3 = __fmul_rn(a.w, a.w);
-            acc = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(acc, p0), p1), p2), p3);
-            a = next;
+    float4 buf[SEQ_AHEAD];
+#pragma unroll
+    for (int j = 0; j < SEQ_AHEAD; ++j) buf[j] = j < n4 ? s4[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    int q = 0;
+    for (; q + SEQ_AHEAD <= n4; q += SEQ_AHEAD) {
+#pragma unroll
+        for (int j = 0; j < SEQ_AHEAD; ++j) {
+            const float4 a = buf[j];
+            if (q + SEQ_AHEAD + j < n4) buf[j] = s4[q + SEQ_AHEAD + j];
+            acc = add_squares4(acc, a);
         }
     }
+#pragma unroll
+    for (int j = 0; j < SEQ_AHEAD; ++j)
+        if (q + j < n4) acc = add_squares4(acc, buf[j]);
     for (int i = n4 * 4; i < n; ++i) acc = __fadd_rn(acc, __fmul_rn(s[i], s[i]));
     return acc;
 }

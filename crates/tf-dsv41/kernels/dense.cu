@@ -146,8 +146,6 @@ __device__ __forceinline__ void tile_sum(const float* w_s, const float* x_s, flo
 #pragma unroll
         for (int q = 0; q < SQUARE_SLOTS; ++q)
             if (q * 4 + t / 32 < nr) acc[q] = lane_sum_squares(x_s + (q * 4 + t / 32) * KT, steps, t % 32, acc[q]);
-    } else if (squares) {
-        if (t < nr) acc[0] = seq_sum_squares(x_s + t * KT, steps, acc[0]);
     } else if (live) {
         const float* wr = w_s + to * STRIDE;
 #pragma unroll 8
@@ -177,6 +175,29 @@ __device__ __forceinline__ void tile_step(const X* __restrict__ xt, const W* __r
     __syncthreads();
 }
 
+// The squares block in index order: warp 0's thread r sums row r from one half of `buf` while warps 1.. stage the next chunk into the other.
+template <typename X>
+__device__ __forceinline__ void squares_seq(const X* __restrict__ xt, long long ldx, int nr, int k, float* buf, int buf_floats,
+                                            float* __restrict__ out) {
+    const int t = threadIdx.x, half = buf_floats / 2, chunk = (half / nr) & ~7;
+    const int chunks = (k + chunk - 1) / chunk;
+    auto stage = [&](int c) {
+        float* dst = buf + (c & 1) * half;
+        const int k0 = c * chunk, len = min(chunk, k - k0);
+#pragma unroll 8
+        for (int i = t - 32; i < nr * len; i += blockDim.x - 32) dst[(i / len) * chunk + i % len] = widen(__ldg(xt + (i / len) * ldx + k0 + i % len));
+    };
+    float acc = -0.0f;
+    if (t >= 32) stage(0);
+    __syncthreads();
+    for (int c = 0; c < chunks; ++c) {
+        if (t >= 32 && c + 1 < chunks) stage(c + 1);
+        if (t < nr) acc = seq_sum_squares(buf + (c & 1) * half + t * chunk, min(chunk, k - c * chunk), acc);
+        __syncthreads();
+    }
+    if (t < nr) out[t] = acc;
+}
+
 // Same sums as dense_body; with ss, the grid's last block instead sums each row's x² in index order into ss (mHC's scale).
 template <int LANES, typename X, typename W, typename Y>
 __device__ __forceinline__ void tiled_body(const X* __restrict__ x, const W* __restrict__ w, Y* __restrict__ y,
@@ -192,6 +213,10 @@ __device__ __forceinline__ void tiled_body(const X* __restrict__ x, const W* __r
     const int g = squares ? 0 : (int)(o0 / (n / groups));
     const long long ldx = (long long)groups * k;
     const X* xt = x + (long long)r0 * ldx + (long long)g * k;
+    if (squares == SQUARES_SEQ) {
+        squares_seq(xt, ldx, nr, k, w_s, S::OUTS * S::STRIDE, ss + r0);
+        return;
+    }
     float acc[DENSE_ROWS];
 #pragma unroll
     for (int r = 0; r < DENSE_ROWS; ++r) acc[r] = squares ? -0.0f : 0.0f;
@@ -211,10 +236,6 @@ __device__ __forceinline__ void tiled_body(const X* __restrict__ x, const W* __r
             const float v = lanes32_fold(acc[q]);
             if (t % 32 == 0) ss[r0 + q * 4 + t / 32] = v;
         }
-        return;
-    }
-    if (squares) {
-        if (t < nr) ss[r0 + t] = acc[0];
         return;
     }
     if (LANES == 8) {
