@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod arch;
+pub mod blas;
 pub mod cache;
 pub mod compile;
 pub mod error;
@@ -14,6 +15,7 @@ pub mod report;
 pub mod timing;
 
 pub use arch::Arch;
+pub use blas::Blas;
 pub use cache::{KernelSpec, cache_key, cache_path, default_cache_dir};
 pub use compile::{Cached, Compiled};
 pub use error::Error;

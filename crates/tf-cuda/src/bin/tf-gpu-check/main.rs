@@ -1,5 +1,6 @@
 //! GPU self-check: device facts, copy bandwidth, and each kernel against the CPU reference; exits nonzero on any failure.
 
+mod blas;
 mod device;
 mod fp8;
 mod norm;
@@ -29,4 +30,5 @@ fn run(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) {
     section(report, "copy bandwidth", |r| device::copy_bandwidth(gpu, r).map(|bw| copy_gbps = bw));
     section(report, "rmsnorm_bf16", |r| norm::check(gpu, rng, r, copy_gbps));
     section(report, "fp8_gemv", |r| fp8::check(gpu, rng, r, copy_gbps));
+    section(report, "cublasLt", |r| blas::check(gpu, rng, r));
 }

@@ -1,0 +1,189 @@
+//! cuBLASLt on the GPU's stream: the bench's FP8 matrix-rate ceiling, and the handle a tensor-core prompt path would use.
+
+use crate::error::{DriverResultExt, Error};
+use crate::gpu::Gpu;
+use cudarc::cublaslt::result::{self as lt, CublasError};
+use cudarc::cublaslt::sys::{
+    self, cublasComputeType_t, cublasLtMatmulDescAttributes_t as Desc, cublasLtMatmulPreferenceAttributes_t as Pref,
+    cudaDataType,
+};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use std::ffi::c_void;
+
+/// Workspace cuBLASLt may use per call (its Hopper recommendation).
+const WORKSPACE: usize = 32 << 20;
+
+fn blas_err(what: &str, e: CublasError) -> Error {
+    Error::Launch { op: "cublasLt", what: format!("{what}: {e}") }
+}
+
+/// A cuBLASLt handle and its workspace, for work on one [`Gpu`]'s stream.
+pub struct Blas<'g> {
+    gpu: &'g Gpu,
+    handle: sys::cublasLtHandle_t,
+    workspace: CudaSlice<u8>,
+}
+
+impl Drop for Blas<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from cublasLtCreate and is destroyed once; a failure only leaks it.
+        let _ = unsafe { lt::destroy_handle(self.handle) };
+    }
+}
+
+/// Descriptors of one matmul, destroyed together.
+struct Plan {
+    desc: sys::cublasLtMatmulDesc_t,
+    layouts: Vec<sys::cublasLtMatrixLayout_t>,
+    pref: sys::cublasLtMatmulPreference_t,
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // SAFETY: each handle was created once below and is destroyed once; failures only leak.
+        unsafe {
+            let _ = lt::destroy_matmul_desc(self.desc);
+            for l in &self.layouts {
+                let _ = lt::destroy_matrix_layout(*l);
+            }
+            let _ = lt::destroy_matmul_pref(self.pref);
+        }
+    }
+}
+
+impl<'g> Blas<'g> {
+    /// Loads cuBLASLt (failing with a clear error where the library is missing) and makes a handle for `gpu`.
+    pub fn new(gpu: &'g Gpu) -> Result<Blas<'g>, Error> {
+        // SAFETY: only dlopens candidate names; calling into a missing library would panic instead.
+        if !unsafe { sys::is_culib_present() } {
+            let what = "libcublasLt was not found on the library path".into();
+            return Err(Error::Launch { op: "cublasLt", what });
+        }
+        gpu.context().bind_to_thread().doing(|| "binding the context for cuBLASLt".into())?;
+        let handle = lt::create_handle().map_err(|e| blas_err("creating a handle", e))?;
+        // SAFETY: scratch bytes cuBLASLt writes before it reads.
+        let workspace = match unsafe { gpu.stream().alloc::<u8>(WORKSPACE) } {
+            Ok(w) => w,
+            Err(e) => {
+                // SAFETY: the handle was just created and is not used again.
+                let _ = unsafe { lt::destroy_handle(handle) };
+                return Err(Error::Cuda { what: "allocating the cuBLASLt workspace".into(), source: e });
+            }
+        };
+        Ok(Blas { gpu, handle, workspace })
+    }
+
+    /// d bf16 `[m, n]` = a `[m, k]` · bᵀ (b `[n, k]`), E4M3 codes row-major, unit scales, f32 accumulation on tensor cores.
+    pub fn fp8_gemm_bf16(
+        &mut self,
+        a: &CudaSlice<u8>,
+        b: &CudaSlice<u8>,
+        d: &mut CudaSlice<u8>,
+        (m, n, k): (usize, usize, usize),
+    ) -> Result<(), Error> {
+        if m == 0 || n == 0 || k == 0 || !k.is_multiple_of(16) {
+            let what = format!("fp8 gemm {m}×{n}×{k}: every size positive and k a multiple of 16");
+            return Err(Error::Launch { op: "cublasLt", what });
+        }
+        let short = |what: &str, len: usize, need: usize| {
+            (len < need)
+                .then(|| Error::Launch { op: "cublasLt", what: format!("{what} holds {len} bytes, needs {need}") })
+        };
+        let errs = [short("a", a.len(), m * k), short("b", b.len(), n * k), short("d", d.len(), m * n * 2)];
+        if let Some(e) = errs.into_iter().flatten().next() {
+            return Err(e);
+        }
+        // Row-major D = A·Bᵀ is column-major Dᵀ = (B as k×n)ᵀ · (A as k×m): cuBLASLt's FP8 "TN" form.
+        let plan = self.plan((m, n, k))?;
+        let heuristic = {
+            let (l, pref) = (&plan.layouts, plan.pref);
+            // SAFETY: every descriptor is live for the call.
+            unsafe { lt::get_matmul_algo_heuristic(self.handle, plan.desc, l[0], l[1], l[2], l[2], pref) }
+                .map_err(|e| blas_err(&format!("no FP8 algorithm for {m}×{n}×{k}"), e))?
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let stream = self.gpu.stream();
+        let (ap, _ga) = a.device_ptr(stream);
+        let (bp, _gb) = b.device_ptr(stream);
+        let (dp, _gd) = d.device_ptr_mut(stream);
+        let (wp, _gw) = self.workspace.device_ptr_mut(stream);
+        let l = &plan.layouts;
+        // SAFETY: sizes checked above; the pointers live for the call, which is ordered on the GPU's stream.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                plan.desc,
+                (&alpha as *const f32).cast(),
+                (&beta as *const f32).cast(),
+                bp as *const c_void,
+                l[0],
+                ap as *const c_void,
+                l[1],
+                dp as *const c_void,
+                l[2],
+                dp as *mut c_void,
+                l[2],
+                &heuristic.algo,
+                wp as *mut c_void,
+                WORKSPACE,
+                stream.cu_stream() as sys::cudaStream_t,
+            )
+        }
+        .map_err(|e| blas_err(&format!("fp8 gemm {m}×{n}×{k}"), e))
+    }
+
+    fn plan(&self, (m, n, k): (usize, usize, usize)) -> Result<Plan, Error> {
+        let e = |what: &'static str| move |err| blas_err(what, err);
+        let desc = lt::create_matmul_desc(cublasComputeType_t::CUBLAS_COMPUTE_32F, cudaDataType::CUDA_R_32F)
+            .map_err(e("creating a matmul descriptor"))?;
+        let pref = match lt::create_matmul_pref() {
+            Ok(p) => p,
+            Err(err) => {
+                // SAFETY: created just above, not used again.
+                let _ = unsafe { lt::destroy_matmul_desc(desc) };
+                return Err(blas_err("creating a preference", err));
+            }
+        };
+        let mut plan = Plan { desc, layouts: Vec::new(), pref };
+        let (t, ws) = (1i32, WORKSPACE as u64);
+        // SAFETY: attribute values are read during the calls from live locals of the sizes given.
+        unsafe {
+            lt::set_matmul_desc_attribute(desc, Desc::CUBLASLT_MATMUL_DESC_TRANSA, (&t as *const i32).cast(), 4)
+                .map_err(e("transposing A"))?;
+            lt::set_matmul_pref_attribute(
+                pref,
+                Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&ws as *const u64).cast(),
+                8,
+            )
+            .map_err(e("sizing the workspace"))?;
+        }
+        let fp8 = cudaDataType::CUDA_R_8F_E4M3;
+        for (ty, rows, cols, ld) in [(fp8, k, n, k), (fp8, k, m, k), (cudaDataType::CUDA_R_16BF, n, m, n)] {
+            let layout =
+                lt::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64).map_err(e("creating a layout"))?;
+            plan.layouts.push(layout);
+        }
+        Ok(plan)
+    }
+}
+
+/// TFLOP/s of FP8 GEMMs on this GPU (the best of `shapes`, `reps` timed calls each after warm ones): the prompt path's ceiling.
+pub fn fp8_rate(gpu: &Gpu, shapes: &[(usize, usize, usize)], reps: usize) -> Result<f64, Error> {
+    let mut blas = Blas::new(gpu)?;
+    let mut best = 0.0f64;
+    for &(m, n, k) in shapes {
+        // Random codes, not zeros: tensor-core power (and so clocks) depends on the data.
+        let mut rng = tf_core::rng::SplitMix64::new(0xF8);
+        let mut codes = |len: usize| (0..len).map(|_| (rng.next_u64() as u8) & 0xBF).collect::<Vec<u8>>();
+        let (a, b) = (gpu.upload(&codes(m * k))?, gpu.upload(&codes(n * k))?);
+        let mut d = gpu.pool().take(m * n * 2)?;
+        let (a, b, d) = (a.dev(), b.dev(), d.dev_mut());
+        for _ in 0..3 {
+            blas.fp8_gemm_bf16(a, b, d, (m, n, k))?;
+        }
+        let ms = gpu.time_ms(|_| (0..reps).try_for_each(|_| blas.fp8_gemm_bf16(a, b, d, (m, n, k))))?;
+        best = best.max(2.0 * (m * n * k) as f64 * reps as f64 / (f64::from(ms) * 1e-3) / 1e12);
+    }
+    Ok(best)
+}
