@@ -284,9 +284,7 @@ impl Gpu {
 }
 
 impl Gpu {
-    /// Runs `f`'s work as one graph: recorded, then launched through an executable of `key` it updates (or a new one).
-    /// The stream's order is the same as running `f` directly, so results are the same bits; `f` must not download or sync.
-    /// The outer error is the capture's; the inner one is `f`'s, whose work is then dropped unlaunched.
+    /// Runs `f`'s work as one graph through a kept executable of `key` (same stream order, same bits); outer error: the capture's, inner: `f`'s.
     pub fn replay<T, E>(&self, key: u64, f: impl FnOnce() -> Result<T, E>) -> Result<Result<T, E>, Error> {
         // The staging of the last step is reused: its graph must have finished reading it.
         self.sync("the previous step")?;
