@@ -8,9 +8,11 @@ use tf_cuda::{Error, Gpu, KernelSource, PoolBuf};
 
 /// `fp4_gemv` and `fp4_gemv_routed`: packed E2M1 + E8M0 weights times FP8 activation rows, in the CPU reference's order.
 pub const FP4_GEMV: KernelSource = KernelSource::new("fp4_gemv", include_str!("../kernels/fp4_gemv.cu"));
+/// EXL3 trellis linears: exact tile decode, the Hadamard sides and the in-order GEMV (`crate::exl3_cuda`).
+pub const EXL3: KernelSource = KernelSource::new("exl3", include_str!("../kernels/exl3.cu"));
 
 /// Every kernel source of this crate, in file-name order (`tests/compile_kernels.rs` checks it lists `kernels/*.cu`).
-pub const KERNELS: [KernelSource; 1] = [FP4_GEMV];
+pub const KERNELS: [KernelSource; 2] = [EXL3, FP4_GEMV];
 
 /// Activation rows one `fp4_gemv` launch takes; more rows run as further launches of at most this many.
 pub const FP4_MAX_ROWS: usize = 8;
@@ -95,7 +97,7 @@ impl Fp4Plan {
 }
 
 /// Fails naming `op` and the buffer unless `buf` holds at least `need` bytes.
-fn check_len(op: &'static str, name: &str, buf: &PoolBuf<'_>, need: usize) -> Result<(), Error> {
+pub(crate) fn check_len(op: &'static str, name: &str, buf: &PoolBuf<'_>, need: usize) -> Result<(), Error> {
     if buf.len() >= need {
         return Ok(());
     }
@@ -103,12 +105,12 @@ fn check_len(op: &'static str, name: &str, buf: &PoolBuf<'_>, need: usize) -> Re
 }
 
 /// `v` as a kernel's `int` argument, or an error naming it.
-fn as_i32(op: &'static str, name: &str, v: usize) -> Result<i32, Error> {
+pub(crate) fn as_i32(op: &'static str, name: &str, v: usize) -> Result<i32, Error> {
     i32::try_from(v).map_err(|_| Error::Launch { op, what: format!("{name} = {v} does not fit a 32-bit int") })
 }
 
 /// `rows × k` checked for overflow, for byte counts.
-fn bytes(op: &'static str, a: usize, b: usize) -> Result<usize, Error> {
+pub(crate) fn bytes(op: &'static str, a: usize, b: usize) -> Result<usize, Error> {
     a.checked_mul(b).ok_or_else(|| Error::Launch { op, what: format!("{a}×{b} bytes overflow") })
 }
 

@@ -2,6 +2,7 @@
 
 pub mod cuda;
 pub mod exl3;
+pub mod exl3_cuda;
 mod fp4;
 
 pub use exl3::{Codebook, Exl3Weight};

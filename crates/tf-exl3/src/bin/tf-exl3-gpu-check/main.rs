@@ -1,4 +1,6 @@
-//! GPU self-check of the FP4 expert GEMV against `Fp4Weight::forward_f32`, rows alone, routed pairs and batch-1 time.
+//! GPU self-check of the FP4 expert GEMV against `Fp4Weight::forward_f32` (rows alone, routed pairs, batch-1 time) and of EXL3 (exl3.rs).
+
+mod exl3;
 
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
@@ -347,6 +349,7 @@ fn main() -> ExitCode {
             section(&mut report, "fp4_gemv", |r| check_dense(&gpu, rng, r));
             section(&mut report, "fp4_gemv_routed", |r| check_routed(&gpu, rng, r));
             section(&mut report, "timing", |r| check_timing(&gpu, rng, r, copy));
+            section(&mut report, "exl3", |r| exl3::check(&gpu, rng, r, copy));
         }
     }
     // The JSON first, so the table is the last thing printed.

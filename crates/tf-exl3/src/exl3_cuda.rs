@@ -1,0 +1,116 @@
+//! EXL3 linears on the GPU: the trellis uploaded as stored, decoded exactly, and `y = x·W` in `Exl3Weight::forward`'s order.
+
+use crate::cuda::{EXL3, as_i32, bytes, check_len};
+use crate::exl3::{Exl3Weight, HAD};
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use tf_cuda::error::DriverResultExt;
+use tf_cuda::{Error, Gpu, PoolBuf};
+
+/// Rows one `exl3_gemv_seq` launch takes; more run as further launches (a row never depends on the others).
+pub const EXL3_MAX_ROWS: usize = 8;
+
+/// One EXL3 linear on a GPU: the `(in_p, out_p)` trellis, fp16 `suh`/`svh` and an f32 bias, as `Exl3Weight` holds them.
+#[derive(Debug)]
+pub struct GpuExl3<'g> {
+    pub in_p: usize,
+    pub out_p: usize,
+    pub k: usize,
+    codebook: i32,
+    trellis: PoolBuf<'g>,
+    suh: PoolBuf<'g>,
+    svh: PoolBuf<'g>,
+    bias: Option<PoolBuf<'g>>,
+}
+
+fn cfg(grid: (usize, usize), threads: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+}
+
+impl<'g> GpuExl3<'g> {
+    /// Uploads `w` exactly as loaded (no decoding on the host).
+    pub fn upload(gpu: &'g Gpu, w: &Exl3Weight) -> Result<GpuExl3<'g>, Error> {
+        const OP: &str = "exl3 upload";
+        if w.in_p == 0 || w.out_p == 0 || !w.in_p.is_multiple_of(HAD) || !w.out_p.is_multiple_of(HAD) {
+            return Err(Error::Launch { op: OP, what: format!("{}×{} is not a multiple of {HAD}", w.in_p, w.out_p) });
+        }
+        if (w.out_p / 16) > 65535 {
+            return Err(Error::Launch { op: OP, what: format!("{} outputs exceed one launch's grid", w.out_p) });
+        }
+        Ok(GpuExl3 {
+            in_p: w.in_p,
+            out_p: w.out_p,
+            k: w.k,
+            codebook: w.codebook.index() as i32,
+            trellis: gpu.upload_exact(&w.trellis)?,
+            suh: gpu.upload_exact(&w.suh)?,
+            svh: gpu.upload_exact(&w.svh)?,
+            bias: w.bias.as_ref().map(|b| gpu.upload_exact(b)).transpose()?,
+        })
+    }
+
+    /// `Q` as fp16 bits `[in_p][out_p]` into `q`, bit for bit `Exl3Weight::decode_q`.
+    pub fn decode_q(&self, gpu: &Gpu, q: &mut PoolBuf<'_>) -> Result<(), Error> {
+        const OP: &str = "exl3_decode_q";
+        check_len(OP, "q", q, bytes(OP, bytes(OP, self.in_p, self.out_p)?, 2)?)?;
+        let f = gpu.function(&EXL3.spec(&[]), OP)?;
+        let (out_i, k_i) = (as_i32(OP, "out", self.out_p)?, as_i32(OP, "k", self.k)?);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(self.trellis.dev()).arg(q.dev_mut()).arg(&out_i).arg(&k_i).arg(&self.codebook);
+        // SAFETY: arguments match `exl3_decode_q(const u16*, u16*, int, int, int)`; the grid covers the trellis's tiles, q checked above.
+        unsafe { launch.launch(cfg((self.in_p / 16, self.out_p / 16), 256)) }
+            .doing(|| format!("launching {OP} on {}×{} K={}", self.in_p, self.out_p, self.k))?;
+        Ok(())
+    }
+
+    /// `y = x·W (+ bias)` for `rows` f32 rows of `in_p`, f32 `[rows, out_p]`, bit for bit `Exl3Weight::forward`.
+    pub fn forward(&self, gpu: &'g Gpu, x: &PoolBuf<'_>, rows: usize) -> Result<PoolBuf<'g>, Error> {
+        const OP: &str = "exl3 forward";
+        check_len(OP, "x", x, bytes(OP, bytes(OP, rows, self.in_p)?, 4)?)?;
+        let (in_i, out_i) = (as_i32(OP, "in", self.in_p)?, as_i32(OP, "out", self.out_p)?);
+        let mut y = gpu.pool().take(bytes(OP, bytes(OP, rows, self.out_p)?, 4)?.max(4))?;
+        if rows == 0 {
+            return Ok(y);
+        }
+        if rows > 65535 {
+            return Err(Error::Launch { op: OP, what: format!("{rows} rows exceed one launch's grid") });
+        }
+        let mut xh = gpu.pool().take(rows * self.in_p * 4)?;
+        let had_in = gpu.function(&EXL3.spec(&[]), "exl3_had_in")?;
+        let mut launch = gpu.stream().launch_builder(&had_in);
+        launch.arg(x.dev()).arg(self.suh.dev()).arg(xh.dev_mut()).arg(&in_i);
+        // SAFETY: arguments match `exl3_had_in(const float*, const u16*, float*, int)`; x checked, xh sized here.
+        unsafe { launch.launch(cfg((rows, self.in_p / HAD), HAD as u32)) }
+            .doing(|| format!("launching exl3_had_in on {rows} rows"))?;
+        let mut yq = gpu.pool().take(rows * self.out_p * 4)?;
+        let gemv = gpu.function(&EXL3.spec(&[]), "exl3_gemv_seq")?;
+        let k_i = as_i32(OP, "k", self.k)?;
+        for r0 in (0..rows).step_by(EXL3_MAX_ROWS) {
+            let n = EXL3_MAX_ROWS.min(rows - r0) as i32;
+            let xs = xh.dev().slice(r0 * self.in_p * 4..);
+            let mut ys = yq.dev_mut().slice_mut(r0 * self.out_p * 4..);
+            let mut launch = gpu.stream().launch_builder(&gemv);
+            launch
+                .arg(&xs)
+                .arg(self.trellis.dev())
+                .arg(&mut ys)
+                .arg(&n)
+                .arg(&in_i)
+                .arg(&out_i)
+                .arg(&k_i)
+                .arg(&self.codebook);
+            // SAFETY: arguments match `exl3_gemv_seq(const float*, const u16*, float*, int ×5)`; slices hold n rows.
+            unsafe { launch.launch(cfg((self.out_p / 16, 1), 256)) }
+                .doing(|| format!("launching exl3_gemv_seq on {n} rows × {}×{}", self.in_p, self.out_p))?;
+        }
+        let had_out = gpu.function(&EXL3.spec(&[]), "exl3_had_out")?;
+        let has_bias = i32::from(self.bias.is_some());
+        let mut launch = gpu.stream().launch_builder(&had_out);
+        // Without a bias the kernel never reads it; svh stands in as a valid pointer.
+        let bias = self.bias.as_ref().unwrap_or(&self.svh);
+        launch.arg(yq.dev()).arg(self.svh.dev()).arg(bias.dev()).arg(y.dev_mut()).arg(&out_i).arg(&has_bias);
+        // SAFETY: arguments match `exl3_had_out(const float*, const u16*, const float*, float*, int, int)`; sizes from this call.
+        unsafe { launch.launch(cfg((rows, self.out_p / HAD), HAD as u32)) }
+            .doing(|| format!("launching exl3_had_out on {rows} rows"))?;
+        Ok(y)
+    }
+}
