@@ -31,13 +31,20 @@ __device__ __forceinline__ u16 decode_state(u32 st, int cb) {
     return to_f16(__fadd_rn(__fmul_rn((float)(1024u + sum), f16(MUL1_K_INV)), f16(MUL1_K_BIAS)));
 }
 
-// The state at position p of a tile record (8K u32 words, MSB first): the 16 bits ending at (p+1)·K, wrapping.
-__device__ __forceinline__ u32 state_at(const u32* __restrict__ words, int k, int p) {
+// The two words holding position p's 16-bit window (8K u32 words per record, MSB first), and the window's first bit.
+__device__ __forceinline__ u64 window_words(const u32* __restrict__ words, int k, int p, int& shift) {
     const int len = TILE * k, nw = 8 * k;
     const int start = ((p + 1) * k - 16 + len) % len;
     const int w0 = start / 32;
-    const u64 v = ((u64)__ldg(words + w0) << 32) | (u64)__ldg(words + (w0 + 1) % nw);
-    return (u32)(v >> (48 - start % 32)) & 0xFFFFu;
+    shift = start % 32;
+    return ((u64)__ldg(words + w0) << 32) | (u64)__ldg(words + (w0 + 1) % nw);
+}
+
+// The state at position p of a tile record: the 16 bits ending at (p+1)·K, wrapping.
+__device__ __forceinline__ u32 state_at(const u32* __restrict__ words, int k, int p) {
+    int shift;
+    const u64 v = window_words(words, k, p, shift);
+    return (u32)(v >> (48 - shift)) & 0xFFFFu;
 }
 
 // Position p's cell r·16 + c in the tile: the mma B-fragment order of trellis::tile_perm.
@@ -103,8 +110,7 @@ extern "C" __global__ void exl3_had_out(const float* __restrict__ x, const u16* 
     y[at] = o;
 }
 
-// Grid (out_p/16), 256 threads: y[r, c] = Σ_i x[r, i]·Q[i, c] for i in order from +0 (forward_q's running sum), rows ≤ 8.
-// Each tile of the block's 16 columns is decoded into shared memory while thread (r, c) adds the previous tile's 16 rows.
+// Grid (out_p/16), 256 threads: y[r, c] = Σ_i x[r, i]·Q[i, c] in i order from +0 (forward_q's sum), rows ≤ 8; thread (r, c) adds one tile while the next is decoded.
 extern "C" __global__ void exl3_gemv_seq(const float* __restrict__ x, const u16* __restrict__ trellis, float* __restrict__ y,
                                          int rows, int in_p, int out_p, int k, int cb) {
     __shared__ float q_s[2][TILE];
@@ -113,15 +119,26 @@ extern "C" __global__ void exl3_gemv_seq(const float* __restrict__ x, const u16*
     const int cell = tile_cell(t);
     const bool adder = t < 16 * rows;
     const int r = t / 16, c = t % 16;
-    auto stage = [&](int tr, int buf) {
-        q_s[buf][cell] = f16(decode_state(state_at(record(trellis, tr, tc, tn, k), k, t), cb));
-        if (adder) x_s[buf][t] = x[(size_t)r * in_p + tr * 16 + c];
+    // Tile tr's stream words and x values load one tile before they are decoded, so memory latency hides behind the adds.
+    u64 v = 0;
+    float xv = 0.0f;
+    int shift = 0;
+    auto fetch = [&](int tr) {
+        v = window_words(record(trellis, tr, tc, tn, k), k, t, shift);
+        if (adder) xv = __ldg(x + (size_t)r * in_p + tr * 16 + c);
+    };
+    auto stage = [&](int buf) {
+        q_s[buf][cell] = f16(decode_state((u32)(v >> (48 - shift)) & 0xFFFFu, cb));
+        if (adder) x_s[buf][t] = xv;
     };
     float acc = 0.0f;
-    stage(0, 0);
+    fetch(0);
+    stage(0);
+    if (tiles > 1) fetch(1);
     __syncthreads();
     for (int tr = 0; tr < tiles; ++tr) {
-        if (tr + 1 < tiles) stage(tr + 1, (tr + 1) & 1);
+        if (tr + 1 < tiles) stage((tr + 1) & 1);
+        if (tr + 2 < tiles) fetch(tr + 2);
         if (adder) {
             const float* qb = q_s[tr & 1];
             const float* xb = x_s[tr & 1] + r * 16;
