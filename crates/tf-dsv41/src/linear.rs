@@ -5,7 +5,7 @@ use tf_core::ops::matmul_nt;
 use tf_core::ops::qgemm::{expect_dtype, expect_shape};
 use tf_core::{Checkpoint, DType, Result, bf16};
 
-/// A dense `[out, in]` weight held as f32 (exact for bf16 and f32 checkpoint tensors).
+/// A dense `[out, in]` weight held as f32 (exact for bf16, fp16 and f32 checkpoint tensors).
 #[derive(Clone, Debug)]
 pub struct Dense {
     pub out: usize,
@@ -14,10 +14,10 @@ pub struct Dense {
 }
 
 impl Dense {
-    /// Loads `{name}` (BF16 or F32) checking its shape.
+    /// Loads `{name}` (BF16, F32, or F16 as TensorFold's EXL3 checkpoint stores the router and `weights_proj`) checking its shape.
     pub fn load(ck: &Checkpoint, name: &str, out: usize, inp: usize) -> Result<Dense> {
         let t = ck.get(name)?;
-        expect_dtype(name, &t, &[DType::BF16, DType::F32])?;
+        expect_dtype(name, &t, &[DType::BF16, DType::F32, DType::F16])?;
         expect_shape(name, &t, &[out, inp])?;
         Ok(Dense { out, inp, w: t.to_f32_vec()? })
     }

@@ -45,6 +45,17 @@ fn an_exl3_tiny_checkpoint_loads_and_runs_on_the_cpu() {
     let want = tf_dsv41::qlinear::exl3_dense(&ck, "head", exl3.cfg.vocab_size, exl3.cfg.dim).unwrap().unwrap();
     assert_eq!(exl3.head.w, want.w, "the model's head is the trellis' effective weight");
     assert_ne!(exl3.head.w, fp8.head.w);
+    // The router and the indexer's weights_proj are fp16 there; they load as the fp16 rounding of the bf16 source.
+    let f16s: Vec<&str> = ck.names().filter(|n| tf_dsv41::tiny::exl3::stored_f16(n)).collect();
+    assert!(f16s.iter().any(|n| n.ends_with("ffn.gate.weight")), "the converted router is stored: {f16s:?}");
+    for n in &f16s {
+        assert_eq!(ck.get(n).unwrap().dtype(), tf_core::DType::F16, "{n} is fp16 as in TensorFold's checkpoint");
+    }
+    let f16 = |v: f32| tf_core::formats::f16_bits_to_f32(tf_core::formats::f32_to_f16_bits(v));
+    for (e, f) in exl3.blocks.iter().zip(&fp8.blocks) {
+        let differ = e.ffn.gate.w.iter().zip(&f.ffn.gate.w).filter(|(a, b)| a.to_bits() != f16(**b).to_bits()).count();
+        assert_eq!(differ, 0, "layer {}: the fp16 router loads as stored", e.role.layer);
+    }
     let e = tf_dsv41::qlinear::exl3_dense(&ck, "head", exl3.cfg.vocab_size + 200, exl3.cfg.dim).unwrap_err();
     assert!(e.to_string().contains("head.trellis"), "a head of the wrong shape is refused naming it: {e}");
     let prompt: Vec<u32> = (0..9).map(|i| 3 + i * 37).collect();

@@ -44,6 +44,18 @@ fn dequant(ck: &Checkpoint, name: &str) -> Result<Option<(Vec<f32>, usize, usize
     })
 }
 
+/// The plain matrices TensorFold's published EXL3 checkpoint stores in fp16 (docs/exl3.md).
+pub fn stored_f16(name: &str) -> bool {
+    name.ends_with("ffn.gate.weight") || name.ends_with("indexer.weights_proj.weight")
+}
+
+/// `t` re-stored as fp16 (exact for bf16 values in fp16's normal range, rounded to nearest otherwise).
+fn to_f16(t: &Tensor) -> Result<Tensor> {
+    let bits: Vec<u16> = t.to_f32_vec()?.into_iter().map(tf_core::formats::f32_to_f16_bits).collect();
+    let bytes: Vec<u8> = bits.iter().flat_map(|x| x.to_le_bytes()).collect();
+    Tensor::from_bytes(DType::F16, t.shape(), &bytes)
+}
+
 fn f16_tensor(v: &[u16]) -> Result<Tensor> {
     Tensor::from_bytes(DType::F16, &[v.len()], &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
@@ -125,7 +137,8 @@ pub fn convert(src: &Path, dst: &Path, codebook: Codebook, mode: Exl3Mode, seed:
     for name in &names {
         let module = name.strip_suffix(".weight").or_else(|| name.strip_suffix(".scale"));
         if !module.is_some_and(|m| done.contains(m)) {
-            tensors.insert(name.clone(), ck.get(name)?);
+            let t = ck.get(name)?;
+            tensors.insert(name.clone(), if stored_f16(name) { to_f16(&t)? } else { t });
         }
     }
     let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
