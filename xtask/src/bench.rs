@@ -1,4 +1,4 @@
-//! `cargo xtask bench cpu|gpu|decode|engram`: the benchmarks whose ratios docs/bench.md and docs/perf.md report.
+//! `cargo xtask bench cpu|gpu|decode|exl3|engram`: the benchmarks whose ratios docs/bench.md and docs/perf.md report.
 
 use std::process::{Command, ExitCode};
 
@@ -20,24 +20,27 @@ fn cpu(extra: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Builds gpu-carry/; runs `script` here when this machine has an NVIDIA driver, else says how to run it there.
-fn gpu(script: &str) -> Result<(), String> {
+/// Builds gpu-carry/; runs `script` (with `env`) here when this machine has an NVIDIA driver, else says how to run it there.
+fn gpu(script: &str, env: &[(&str, &str)]) -> Result<(), String> {
     step(Command::new("bash").arg("scripts/gpu-build.sh"))?;
     let has_gpu = Command::new("nvidia-smi").arg("-L").output().is_ok_and(|o| o.status.success());
     if has_gpu {
-        return step(Command::new("bash").arg(script));
+        return step(Command::new("bash").arg(script).envs(env.iter().copied()));
     }
-    println!("no GPU here: copy gpu-carry/ and scripts/ to the GPU machine and run `bash {script}` there");
+    let vars: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    println!("no GPU here: copy gpu-carry/ and scripts/ to the GPU machine and run `{vars}bash {script}` there");
     Ok(())
 }
 
 pub fn run(args: &[String]) -> ExitCode {
     let r = match args.first().map(String::as_str) {
         Some("cpu") => cpu(&args[1..]),
-        Some("gpu") => gpu("scripts/gpu-check.sh"),
-        Some("decode") => gpu("scripts/gpu-bench.sh"),
+        Some("gpu") => gpu("scripts/gpu-check.sh", &[]),
+        Some("decode") => gpu("scripts/gpu-bench.sh", &[]),
+        // The EXL3 check carries the bench's rows: K = 2, 3, 4 on both expert shapes against the same run's copy rate.
+        Some("exl3") => gpu("scripts/gpu-check.sh", &[("TF_CHECKS", "tf-exl3-gpu-check")]),
         Some("engram") => crate::bench_engram::run(&args[1..]),
-        _ => return crate::usage_error("bench needs `cpu`, `gpu`, `decode` or `engram`"),
+        _ => return crate::usage_error("bench needs `cpu`, `gpu`, `decode`, `exl3` or `engram`"),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -119,3 +119,12 @@ fn help_exits_0() {
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).contains("lean-check"));
 }
+
+#[test]
+fn bench_names_every_kind_it_runs() {
+    let out = xtask(&["bench", "frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    for kind in ["cpu", "gpu", "decode", "exl3", "engram"] {
+        assert!(stderr(&out).contains(&format!("`{kind}`")), "{kind}: {}", stderr(&out));
+    }
+}

@@ -45,13 +45,19 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
             report.push("exl3", json!({"case": case, "rows": rows, "decode_differ": differ, "forward_differ": bits}));
         }
     }
-    let w = random_weight(rng, (5120, 2304, 3), Codebook::Mul1, 1.0);
-    let g = GpuExl3::upload(gpu, &w)?;
-    let x = gpu.upload(&acts(rng, 5120))?;
-    drop(g.forward(gpu, &x, 1)?);
-    let reps = 20;
-    let ms = gpu.time_ms(|gpu| (0..reps).try_for_each(|_| g.forward(gpu, &x, 1).map(drop)))?;
-    let bytes = 5120 * 2304 * 3 / 8 + (5120 + 2304) * 2;
-    time_row(report, "exl3 forward 1×5120→2304 K=3 (in-order GEMV, warm L2)", ms * 1e3 / reps as f32, bytes, copy_gbps);
+    // The bench shapes: K = 2, 3, 4 on both expert orientations, one row, against this run's copy bandwidth.
+    for (in_p, out_p) in [(5120, 2304), (2304, 5120)] {
+        for k in 2..=4 {
+            let w = random_weight(rng, (in_p, out_p, k), Codebook::Mul1, 1.0);
+            let g = GpuExl3::upload(gpu, &w)?;
+            let x = gpu.upload(&acts(rng, in_p))?;
+            drop(g.forward(gpu, &x, 1)?);
+            let reps = 20;
+            let ms = gpu.time_ms(|gpu| (0..reps).try_for_each(|_| g.forward(gpu, &x, 1).map(drop)))?;
+            let bytes = in_p * out_p * k / 8 + (in_p + out_p) * 2;
+            let case = format!("exl3 forward 1×{in_p}→{out_p} K={k} (in-order GEMV, warm L2)");
+            time_row(report, &case, ms * 1e3 / reps as f32, bytes, copy_gbps);
+        }
+    }
     Ok(())
 }
