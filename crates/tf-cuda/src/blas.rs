@@ -8,6 +8,8 @@ use cudarc::cublaslt::sys::{
     cudaDataType,
 };
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::ffi::c_void;
 
 /// Workspace cuBLASLt may use per call (its Hopper recommendation).
@@ -17,25 +19,29 @@ fn blas_err(what: &str, e: CublasError) -> Error {
     Error::Launch { op: "cublasLt", what: format!("{what}: {e}") }
 }
 
-/// A cuBLASLt handle and its workspace, for work on one [`Gpu`]'s stream.
+/// A cuBLASLt handle and its workspace, for work on one [`Gpu`]'s stream; a shape's plan is built once.
 pub struct Blas<'g> {
     gpu: &'g Gpu,
     handle: sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
+    plans: HashMap<(usize, usize, usize), Plan>,
 }
 
 impl Drop for Blas<'_> {
     fn drop(&mut self) {
+        // The plans' descriptors go before the handle they were planned on.
+        self.plans.clear();
         // SAFETY: the handle came from cublasLtCreate and is destroyed once; a failure only leaks it.
         let _ = unsafe { lt::destroy_handle(self.handle) };
     }
 }
 
-/// Descriptors of one matmul, destroyed together.
+/// Descriptors of one matmul shape and the algorithm cuBLASLt picked for it, destroyed together.
 struct Plan {
     desc: sys::cublasLtMatmulDesc_t,
     layouts: Vec<sys::cublasLtMatrixLayout_t>,
     pref: sys::cublasLtMatmulPreference_t,
+    algo: Option<sys::cublasLtMatmulAlgo_t>,
 }
 
 impl Drop for Plan {
@@ -70,7 +76,7 @@ impl<'g> Blas<'g> {
                 return Err(Error::Cuda { what: "allocating the cuBLASLt workspace".into(), source: e });
             }
         };
-        Ok(Blas { gpu, handle, workspace })
+        Ok(Blas { gpu, handle, workspace, plans: HashMap::new() })
     }
 
     /// d bf16 `[m, n]` = a `[m, k]` · bᵀ (b `[n, k]`), E4M3 codes row-major, unit scales, f32 accumulation on tensor cores.
@@ -94,12 +100,9 @@ impl<'g> Blas<'g> {
             return Err(e);
         }
         // Row-major D = A·Bᵀ is column-major Dᵀ = (B as k×n)ᵀ · (A as k×m): cuBLASLt's FP8 "TN" form.
-        let plan = self.plan((m, n, k))?;
-        let heuristic = {
-            let (l, pref) = (&plan.layouts, plan.pref);
-            // SAFETY: every descriptor is live for the call.
-            unsafe { lt::get_matmul_algo_heuristic(self.handle, plan.desc, l[0], l[1], l[2], l[2], pref) }
-                .map_err(|e| blas_err(&format!("no FP8 algorithm for {m}×{n}×{k}"), e))?
+        let plan = match self.plans.entry((m, n, k)) {
+            Entry::Occupied(p) => p.into_mut(),
+            Entry::Vacant(v) => v.insert(plan(self.handle, (m, n, k))?),
         };
         let (alpha, beta) = (1.0f32, 0.0f32);
         let stream = self.gpu.stream();
@@ -123,7 +126,7 @@ impl<'g> Blas<'g> {
                 l[2],
                 dp as *mut c_void,
                 l[2],
-                &heuristic.algo,
+                plan.algo.as_ref().expect("a plan holds its algorithm"),
                 wp as *mut c_void,
                 WORKSPACE,
                 stream.cu_stream() as sys::cudaStream_t,
@@ -131,41 +134,47 @@ impl<'g> Blas<'g> {
         }
         .map_err(|e| blas_err(&format!("fp8 gemm {m}×{n}×{k}"), e))
     }
+}
 
-    fn plan(&self, (m, n, k): (usize, usize, usize)) -> Result<Plan, Error> {
-        let e = |what: &'static str| move |err| blas_err(what, err);
-        let desc = lt::create_matmul_desc(cublasComputeType_t::CUBLAS_COMPUTE_32F, cudaDataType::CUDA_R_32F)
-            .map_err(e("creating a matmul descriptor"))?;
-        let pref = match lt::create_matmul_pref() {
-            Ok(p) => p,
-            Err(err) => {
-                // SAFETY: created just above, not used again.
-                let _ = unsafe { lt::destroy_matmul_desc(desc) };
-                return Err(blas_err("creating a preference", err));
-            }
-        };
-        let mut plan = Plan { desc, layouts: Vec::new(), pref };
-        let (t, ws) = (1i32, WORKSPACE as u64);
-        // SAFETY: attribute values are read during the calls from live locals of the sizes given.
-        unsafe {
-            lt::set_matmul_desc_attribute(desc, Desc::CUBLASLT_MATMUL_DESC_TRANSA, (&t as *const i32).cast(), 4)
-                .map_err(e("transposing A"))?;
-            lt::set_matmul_pref_attribute(
-                pref,
-                Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                (&ws as *const u64).cast(),
-                8,
-            )
-            .map_err(e("sizing the workspace"))?;
+/// The descriptors of an FP8 TN matmul of this shape and cuBLASLt's first algorithm for it.
+fn plan(handle: sys::cublasLtHandle_t, (m, n, k): (usize, usize, usize)) -> Result<Plan, Error> {
+    let e = |what: &'static str| move |err| blas_err(what, err);
+    let desc = lt::create_matmul_desc(cublasComputeType_t::CUBLAS_COMPUTE_32F, cudaDataType::CUDA_R_32F)
+        .map_err(e("creating a matmul descriptor"))?;
+    let pref = match lt::create_matmul_pref() {
+        Ok(p) => p,
+        Err(err) => {
+            // SAFETY: created just above, not used again.
+            let _ = unsafe { lt::destroy_matmul_desc(desc) };
+            return Err(blas_err("creating a preference", err));
         }
-        let fp8 = cudaDataType::CUDA_R_8F_E4M3;
-        for (ty, rows, cols, ld) in [(fp8, k, n, k), (fp8, k, m, k), (cudaDataType::CUDA_R_16BF, n, m, n)] {
-            let layout =
-                lt::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64).map_err(e("creating a layout"))?;
-            plan.layouts.push(layout);
-        }
-        Ok(plan)
+    };
+    let mut plan = Plan { desc, layouts: Vec::new(), pref, algo: None };
+    let (t, ws) = (1i32, WORKSPACE as u64);
+    // SAFETY: attribute values are read during the calls from live locals of the sizes given.
+    unsafe {
+        lt::set_matmul_desc_attribute(desc, Desc::CUBLASLT_MATMUL_DESC_TRANSA, (&t as *const i32).cast(), 4)
+            .map_err(e("transposing A"))?;
+        lt::set_matmul_pref_attribute(
+            pref,
+            Pref::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            (&ws as *const u64).cast(),
+            8,
+        )
+        .map_err(e("sizing the workspace"))?;
     }
+    let fp8 = cudaDataType::CUDA_R_8F_E4M3;
+    for (ty, rows, cols, ld) in [(fp8, k, n, k), (fp8, k, m, k), (cudaDataType::CUDA_R_16BF, n, m, n)] {
+        let layout =
+            lt::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64).map_err(e("creating a layout"))?;
+        plan.layouts.push(layout);
+    }
+    let l = &plan.layouts;
+    // SAFETY: every descriptor is live for the call.
+    let heuristic = unsafe { lt::get_matmul_algo_heuristic(handle, desc, l[0], l[1], l[2], l[2], pref) }
+        .map_err(|err| blas_err(&format!("no FP8 algorithm for {m}×{n}×{k}"), err))?;
+    plan.algo = Some(heuristic.algo);
+    Ok(plan)
 }
 
 /// TFLOP/s of FP8 GEMMs on this GPU (the best of `shapes`, `reps` timed calls each after warm ones): the prompt path's ceiling.

@@ -21,6 +21,6 @@ pub use compile::{Cached, Compiled};
 pub use error::Error;
 pub use gpu::{Gpu, GpuInfo, default_nvrtc_dirs};
 pub use graph::GraphStats;
-pub use kernels::KernelSource;
+pub use kernels::{KernelSource, grid};
 pub use nvrtc::Nvrtc;
 pub use pool::{DevicePool, PoolBuf, PoolStats, size_class};

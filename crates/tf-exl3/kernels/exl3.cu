@@ -40,12 +40,8 @@ __device__ __forceinline__ u64 window_words(const u32* __restrict__ words, int k
     return ((u64)__ldg(words + w0) << 32) | (u64)__ldg(words + (w0 + 1) % nw);
 }
 
-// The state at position p of a tile record: the 16 bits ending at (p+1)·K, wrapping.
-__device__ __forceinline__ u32 state_at(const u32* __restrict__ words, int k, int p) {
-    int shift;
-    const u64 v = window_words(words, k, p, shift);
-    return (u32)(v >> (48 - shift)) & 0xFFFFu;
-}
+// The state in a window from window_words: the 16 bits ending at (p+1)·K, wrapping.
+__device__ __forceinline__ u32 window_state(u64 v, int shift) { return (u32)(v >> (48 - shift)) & 0xFFFFu; }
 
 // Position p's cell r·16 + c in the tile: the mma B-fragment order of trellis::tile_perm.
 __device__ __forceinline__ int tile_cell(int p) {
@@ -82,7 +78,8 @@ __device__ __forceinline__ void fwht128(float* v) {
 extern "C" __global__ void exl3_decode_q(const u16* __restrict__ trellis, u16* __restrict__ q, int out_p, int k, int cb) {
     const int tr = blockIdx.x, tc = blockIdx.y, tn = gridDim.y, p = threadIdx.x;
     const int cell = tile_cell(p);
-    const u32 st = state_at(record(trellis, tr, tc, tn, k), k, p);
+    int shift;
+    const u32 st = window_state(window_words(record(trellis, tr, tc, tn, k), k, p, shift), shift);
     q[(size_t)(tr * 16 + cell / 16) * out_p + tc * 16 + cell % 16] = decode_state(st, cb);
 }
 
@@ -128,7 +125,7 @@ extern "C" __global__ void exl3_gemv_seq(const float* __restrict__ x, const u16*
         if (adder) xv = __ldg(x + (size_t)r * in_p + tr * 16 + c);
     };
     auto stage = [&](int buf) {
-        q_s[buf][cell] = f16(decode_state((u32)(v >> (48 - shift)) & 0xFFFFu, cb));
+        q_s[buf][cell] = f16(decode_state(window_state(v, shift), cb));
         if (adder) x_s[buf][t] = xv;
     };
     float acc = 0.0f;

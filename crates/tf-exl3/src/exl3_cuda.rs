@@ -2,9 +2,9 @@
 
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
 use crate::exl3::{Exl3Weight, HAD};
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::PushKernelArg;
 use tf_cuda::error::DriverResultExt;
-use tf_cuda::{Error, Gpu, PoolBuf};
+use tf_cuda::{Error, Gpu, PoolBuf, grid};
 
 /// Rows one `exl3_gemv_seq` launch takes; more run as further launches (a row never depends on the others).
 pub const EXL3_MAX_ROWS: usize = 8;
@@ -20,10 +20,6 @@ pub struct GpuExl3<'g> {
     suh: PoolBuf<'g>,
     svh: PoolBuf<'g>,
     bias: Option<PoolBuf<'g>>,
-}
-
-fn cfg(grid: (usize, usize), threads: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: (grid.0 as u32, grid.1 as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
 }
 
 impl<'g> GpuExl3<'g> {
@@ -57,7 +53,7 @@ impl<'g> GpuExl3<'g> {
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(self.trellis.dev()).arg(q.dev_mut()).arg(&out_i).arg(&k_i).arg(&self.codebook);
         // SAFETY: arguments match `exl3_decode_q(const u16*, u16*, int, int, int)`; the grid covers the trellis's tiles, q checked above.
-        unsafe { launch.launch(cfg((self.in_p / 16, self.out_p / 16), 256)) }
+        unsafe { launch.launch(grid((self.in_p / 16, self.out_p / 16), 256, 0)) }
             .doing(|| format!("launching {OP} on {}×{} K={}", self.in_p, self.out_p, self.k))?;
         Ok(())
     }
@@ -79,7 +75,7 @@ impl<'g> GpuExl3<'g> {
         let mut launch = gpu.stream().launch_builder(&had_in);
         launch.arg(x.dev()).arg(self.suh.dev()).arg(xh.dev_mut()).arg(&in_i);
         // SAFETY: arguments match `exl3_had_in(const float*, const u16*, float*, int)`; x checked, xh sized here.
-        unsafe { launch.launch(cfg((rows, self.in_p / HAD), HAD as u32)) }
+        unsafe { launch.launch(grid((rows, self.in_p / HAD), HAD as u32, 0)) }
             .doing(|| format!("launching exl3_had_in on {rows} rows"))?;
         let mut yq = gpu.pool().take(rows * self.out_p * 4)?;
         let gemv = gpu.function(&EXL3.spec(&[]), "exl3_gemv_seq")?;
@@ -99,7 +95,7 @@ impl<'g> GpuExl3<'g> {
                 .arg(&k_i)
                 .arg(&self.codebook);
             // SAFETY: arguments match `exl3_gemv_seq(const float*, const u16*, float*, int ×5)`; slices hold n rows.
-            unsafe { launch.launch(cfg((self.out_p / 16, 1), 256)) }
+            unsafe { launch.launch(grid((self.out_p / 16, 1), 256, 0)) }
                 .doing(|| format!("launching exl3_gemv_seq on {n} rows × {}×{}", self.in_p, self.out_p))?;
         }
         let had_out = gpu.function(&EXL3.spec(&[]), "exl3_had_out")?;
@@ -109,7 +105,7 @@ impl<'g> GpuExl3<'g> {
         let bias = self.bias.as_ref().unwrap_or(&self.svh);
         launch.arg(yq.dev()).arg(self.svh.dev()).arg(bias.dev()).arg(y.dev_mut()).arg(&out_i).arg(&has_bias);
         // SAFETY: arguments match `exl3_had_out(const float*, const u16*, const float*, float*, int, int)`; sizes from this call.
-        unsafe { launch.launch(cfg((rows, self.out_p / HAD), HAD as u32)) }
+        unsafe { launch.launch(grid((rows, self.out_p / HAD), HAD as u32, 0)) }
             .doing(|| format!("launching exl3_had_out on {rows} rows"))?;
         Ok(y)
     }

@@ -1,7 +1,7 @@
 //! Prefill in chunks (with CED bounded replay) and decode rows on the GPU, as the CPU's `Model::prefill`/`decode`.
 
 use super::lane::{GReplay, GpuLane, copy};
-use super::model::{GStreams, GpuModel, Shared};
+use super::model::{GStreams, GpuModel, Shared, unlocked};
 use tf_core::{Error, Result};
 
 fn cuda(e: tf_cuda::Error) -> Error {
@@ -147,9 +147,4 @@ impl GpuModel {
         }
         !unlocked(&self.graph_warm).insert(rows)
     }
-}
-
-fn unlocked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Each holder leaves its value whole, so a poisoned lock still guards consistent data.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -78,6 +78,11 @@ pub fn open_gpu(ordinal: usize) -> Result<&'static Gpu, Error> {
     Ok(Box::leak(Box::new(Gpu::open(ordinal)?)))
 }
 
+/// The model's bookkeeping locks (profile, route log, warm shapes); each holder leaves its value whole, so poison is ignored.
+pub(crate) fn unlocked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn cuda_err(e: Error) -> tf_core::Error {
     tf_core::Error::Invalid(format!("cuda: {e}"))
 }
@@ -115,7 +120,7 @@ impl GpuModel {
 
     /// Runs `f`; with profiling on, between two syncs, adding its host enqueue time and total time under `name`.
     pub(crate) fn phase<T>(&self, name: &'static str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
-        if self.profile.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+        if unlocked(&self.profile).is_none() {
             return f();
         }
         self.gpu.sync(name)?;
@@ -124,7 +129,7 @@ impl GpuModel {
         let host = t.elapsed().as_secs_f64();
         self.gpu.sync(name)?;
         let total = t.elapsed().as_secs_f64();
-        if let Some(map) = self.profile.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        if let Some(map) = unlocked(&self.profile).as_mut() {
             let e = map.entry(name).or_default();
             *e = (e.0 + host, e.1 + total, e.2 + 1);
         }

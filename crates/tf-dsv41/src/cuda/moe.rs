@@ -38,7 +38,7 @@ impl GpuModel {
             m.norm_topk,
             m.route_scale,
         )?;
-        if let Some(log) = self.route_log.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        if let Some(log) = super::model::unlocked(&self.route_log).as_mut() {
             log.push(gpu.download::<i32>(&ids)?);
         }
         let xq = Acts::quantize(gpu, x, rows, dim)?;

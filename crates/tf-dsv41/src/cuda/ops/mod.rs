@@ -24,7 +24,7 @@ pub use norm::rms_norm;
 pub use rope::{rope, rope_table};
 pub use rows::{embed_rows, scatter_rows};
 
-use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
+use cudarc::driver::{CudaView, CudaViewMut};
 use tf_cuda::Error;
 
 /// A device input: a byte view of a pooled buffer, a weight or a part of one.
@@ -52,11 +52,4 @@ pub(crate) fn bytes(op: &'static str, dims: &[usize]) -> Result<usize, Error> {
         .ok_or_else(|| Error::Launch { op, what: format!("{dims:?} overflows") })
 }
 
-/// A launch of `grid` blocks of `threads`, with `smem` bytes of dynamic shared memory.
-pub(crate) fn grid(grid: (usize, usize), threads: u32, smem: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (grid.0 as u32, grid.1 as u32, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: smem as u32,
-    }
-}
+pub(crate) use tf_cuda::grid;
