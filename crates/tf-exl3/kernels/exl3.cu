@@ -146,3 +146,240 @@ extern "C" __global__ void exl3_gemv_seq(const float* __restrict__ x, const u16*
     }
     if (adder) y[(size_t)r * out_p + tc * 16 + c] = acc;
 }
+
+// ---- Fast path (tolerance, not bits): states decoded straight into mma B fragments, x as fp16 hi + lo·2^11 rows, f32 accumulation.
+#ifndef EXL3_K
+#define EXL3_K 3
+#endif
+#ifndef EXL3_CB
+#define EXL3_CB 2
+#endif
+// Warps per block, one 16-column tile each: a block owns 128 outputs, one Hadamard block, so it can finish them itself.
+#define MMA_WARPS 8
+#define MMA_MAX_RG 2
+
+namespace {
+// Two states' fp16 weights as one half2 (low half = a): the same values as decode_state, hfma2/hadd2 rounding once.
+__device__ __forceinline__ u32 decode_pair(u32 a, u32 b) {
+#if EXL3_CB == 2
+    const u32 sa = __dp4a(a * MUL1_MULT, 0x01010101u, 0u), sb = __dp4a(b * MUL1_MULT, 0x01010101u, 0u);
+    const u32 ints = __byte_perm(sa, sb, 0x5410) | 0x64006400u;
+    const __half2 kinv = __halves2half2(__ushort_as_half(MUL1_K_INV), __ushort_as_half(MUL1_K_INV));
+    const __half2 kbias = __halves2half2(__ushort_as_half(MUL1_K_BIAS), __ushort_as_half(MUL1_K_BIAS));
+    const __half2 h = __hfma2(*reinterpret_cast<const __half2*>(&ints), kinv, kbias);
+    return *reinterpret_cast<const u32*>(&h);
+#else
+    u32 xa = EXL3_CB == 0 ? a * INST3_MUL + INST3_ADD : a * MCG_MULT;
+    u32 xb = EXL3_CB == 0 ? b * INST3_MUL + INST3_ADD : b * MCG_MULT;
+    xa = (xa & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    xb = (xb & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    const u32 lo = __byte_perm(xa, xb, 0x5410), hi = __byte_perm(xa, xb, 0x7632);
+    const __half2 h = __hadd2(*reinterpret_cast<const __half2*>(&lo), *reinterpret_cast<const __half2*>(&hi));
+    return *reinterpret_cast<const u32*>(&h);
+#endif
+}
+
+// The 16 bits at compile-time offset O of the 96-bit window h:m:l (MSB first).
+template <int O>
+__device__ __forceinline__ u32 bits16(u32 h, u32 m, u32 l) {
+    static_assert(O + 16 <= 96, "window");
+    if constexpr (O >= 64) return (l >> (80 - O)) & 0xFFFFu;
+    else if constexpr (O >= 32) return __funnelshift_l(l, m, O - 32) >> 16;
+    else return __funnelshift_l(m, h, O) >> 16;
+}
+
+// Lane l decodes positions 8l..8l+7 of a tile: their windows are 7K+16 contiguous bits from (8lK + K - 16) mod 256K.
+struct Lane {
+    int i0, i1, i2, sh;
+};
+
+__device__ __forceinline__ Lane lane_window(int lane) {
+    constexpr int K = EXL3_K, WORDS = 8 * K;
+    const int start = (8 * lane * K + K - 16 + TILE * K) % (TILE * K), i0 = start / 32;
+    return Lane{i0, (i0 + 1) % WORDS, (i0 + 2) % WORDS, start % 32};
+}
+
+// The lane's four B-fragment registers of one tile record: positions (8l, 8l+1), (+2, +3), (+4, +5), (+6, +7).
+__device__ __forceinline__ void lane_frag(const u32* rec, const Lane& ln, u32* b) {
+    constexpr int K = EXL3_K;
+    const u32 a0 = rec[ln.i0], a1 = rec[ln.i1], a2 = rec[ln.i2], sh = ln.sh;
+    const u32 h = sh ? __funnelshift_l(a1, a0, sh) : a0, m = sh ? __funnelshift_l(a2, a1, sh) : a1, l = a2 << sh;
+    b[0] = decode_pair(bits16<0>(h, m, l), bits16<K>(h, m, l));
+    b[1] = decode_pair(bits16<2 * K>(h, m, l), bits16<3 * K>(h, m, l));
+    b[2] = decode_pair(bits16<4 * K>(h, m, l), bits16<5 * K>(h, m, l));
+    b[3] = decode_pair(bits16<6 * K>(h, m, l), bits16<7 * K>(h, m, l));
+}
+
+// mma.m16n8k16 f16×f16 → f32: d += a·b.
+__device__ __forceinline__ void mma16816(float* d, const uint4& a, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)__cvta_generic_to_shared(smem)), "l"(gmem));
+}
+
+// fwht_blocks over `rows` rows of n values in shared memory, by the whole block (pairs round as the CPU's do).
+__device__ __forceinline__ void fwht_rows(float* v, int rows, int n) {
+    const int pairs = rows * n / 2;
+    for (int h = 1; h < HAD; h *= 2) {
+        for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+            const int r = i / (n / 2), p = i % (n / 2);
+            float* row = v + r * n;
+            const int j = (p / h) * 2 * h + p % h;
+            const float a = row[j], b = row[j + h];
+            row[j] = __fadd_rn(a, b);
+            row[j + h] = __fsub_rn(a, b);
+        }
+        __syncthreads();
+    }
+    const float norm = 1.0f / sqrtf((float)HAD);
+    for (int i = threadIdx.x; i < rows * n; i += blockDim.x) v[i] = __fmul_rn(v[i], norm);
+    __syncthreads();
+}
+}  // namespace
+
+// Grid (in_p/16, out_p/16), 32 threads: q fp16 bits [in_p][out_p] through lane_frag, to check the fast path's decode bit for bit.
+extern "C" __global__ void exl3_decode_frag(const u16* __restrict__ trellis, u16* __restrict__ q, int out_p) {
+    const int tr = blockIdx.x, tc = blockIdx.y, lane = threadIdx.x;
+    u32 b[4];
+    lane_frag(record(trellis, tr, tc, gridDim.y, EXL3_K), lane_window(lane), b);
+    for (int j = 0; j < 8; ++j) {
+        const int cell = tile_cell(8 * lane + j);
+        q[(size_t)(tr * 16 + cell / 16) * out_p + tc * 16 + cell % 16] = (u16)(b[j / 2] >> (16 * (j & 1)));
+    }
+}
+
+// One EXL3 linear as the fast kernel reads it (tf_exl3::exl3_cuda::DevWeight): bias may be null.
+struct Exl3Dev {
+    const u16* trellis;
+    const u16* suh;
+    const u16* svh;
+    const float* bias;
+    int k;
+    int pad;
+};
+
+// Grid (out_p/128, splits, jobs), 256 threads: job z's y = x·table[ids[z]] (+ bias); docs/exl3.md § fast path gives the contract.
+extern "C" __global__ void __launch_bounds__(256) exl3_gemv_mma(
+    const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids, int experts, int topk,
+    float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int in_p, int out_p, int kr) {
+    constexpr int K = EXL3_K, WORDS = 8 * K;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int cg = blockIdx.x, s = blockIdx.y, splits = gridDim.y, z = blockIdx.z, t = threadIdx.x, lane = t & 31, w = t >> 5;
+    const int tn = out_p / 16, k0 = s * kr, kn = min(kr, in_p / 16 - k0), n = kn * 16, rg = (rows + 7) / 8;
+    y += (size_t)z * rows * out_p;
+    const int e = ids ? ids[z] : 0;
+    if (e < 0 || e >= experts) {
+        for (int i = t; s == 0 && i < rows * HAD; i += blockDim.x) y[(size_t)(i / HAD) * out_p + cg * HAD + i % HAD] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const Exl3Dev wt = table[e];
+    if (wt.k != K) return;
+    x += (size_t)(ids && topk ? z / topk : z) * rows * in_p;
+    part += (size_t)z * splits * rows * out_p;
+    done += (size_t)z * gridDim.x;
+    u32* tiles = reinterpret_cast<u32*>(smem);
+    const int tile_bytes = max(kr * MMA_WARPS * WORDS * 4, rows * HAD * 4);
+    float* xs = reinterpret_cast<float*>(smem + tile_bytes);
+    uint4* xf = reinterpret_cast<uint4*>(smem + tile_bytes + rows * kr * 64);
+    u16* suh_s = reinterpret_cast<u16*>(smem + tile_bytes + rows * kr * 64 + kr * rg * 512);
+    u16* svh_s = suh_s + kr * 16;
+    float* bias_s = reinterpret_cast<float*>(svh_s + HAD);
+    // Stream this block's records (8 adjacent tiles per k-tile row), x columns and scales into shared memory.
+    const int rec_chunks = MMA_WARPS * WORDS / 4;
+    for (int i = t; i < kn * rec_chunks; i += blockDim.x) {
+        const int kk = i / rec_chunks, c = i % rec_chunks;
+        cp16(tiles + kk * MMA_WARPS * WORDS + c * 4, wt.trellis + ((size_t)(k0 + kk) * tn + cg * MMA_WARPS) * 16 * K + c * 8);
+    }
+    for (int i = t; i < rows * n / 4; i += blockDim.x) {
+        const int r = i / (n / 4), c = i % (n / 4);
+        cp16(xs + r * n + c * 4, x + (size_t)r * in_p + k0 * 16 + c * 4);
+    }
+    for (int i = t; i < n / 8; i += blockDim.x) cp16(suh_s + i * 8, wt.suh + k0 * 16 + i * 8);
+    if (t < HAD / 8) cp16(svh_s + t * 8, wt.svh + cg * HAD + t * 8);
+    if (wt.bias && t < HAD / 4) cp16(bias_s + t * 4, wt.bias + cg * HAD + t * 4);
+    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 0;");
+    __syncthreads();
+    for (int i = t; i < rows * n; i += blockDim.x) xs[i] = __fmul_rn(xs[i], f16(suh_s[i % n]));
+    __syncthreads();
+    fwht_rows(xs, rows, n);
+    // A fragments: rows g of group q as fp16 hi (mma rows 0..7) and the remainder × 2^11 (rows 8..15).
+    for (int i = t; i < kn * rg * 32; i += blockDim.x) {
+        const int kk = i / (rg * 32), q = (i / 32) % rg, l = i % 32, r = q * 8 + l / 4, c = kk * 16 + 2 * (l % 4);
+        u32 v[4] = {0, 0, 0, 0};
+        if (r < rows) {
+            for (int e2 = 0; e2 < 4; ++e2) {
+                const float a = xs[r * n + c + (e2 & 1) + (e2 & 2) * 4];
+                const __half hi = __float2half_rn(a);
+                const __half lo = __float2half_rn(__fmul_rn(__fsub_rn(a, __half2float(hi)), 2048.0f));
+                const int reg = (e2 & 2);
+                v[reg] |= (u32)__half_as_ushort(hi) << (16 * (e2 & 1));
+                v[reg + 1] |= (u32)__half_as_ushort(lo) << (16 * (e2 & 1));
+            }
+        }
+        xf[(kk * rg + q) * 32 + l] = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+    __syncthreads();
+    const Lane ln = lane_window(lane);
+    float acc[MMA_MAX_RG][2][4] = {};
+    for (int kk = 0; kk < kn; ++kk) {
+        u32 b[4];
+        lane_frag(tiles + (kk * MMA_WARPS + w) * WORDS, ln, b);
+#pragma unroll
+        for (int q = 0; q < MMA_MAX_RG; ++q) {
+            if (q < rg) {
+                const uint4 a = xf[(kk * rg + q) * 32 + lane];
+                mma16816(acc[q][0], a, b[0], b[1]);
+                mma16816(acc[q][1], a, b[2], b[3]);
+            }
+        }
+    }
+    // Lane (g, t) holds rows g (hi) and g + 8 (lo) of columns 2t, 2t+1 of each 8-column half.
+    const int g = lane / 4, tq = lane % 4;
+#pragma unroll
+    for (int q = 0; q < MMA_MAX_RG; ++q) {
+        const int r = q * 8 + g;
+        if (q < rg && r < rows) {
+            for (int half = 0; half < 2; ++half) {
+                for (int c = 0; c < 2; ++c) {
+                    const int col = cg * HAD + w * 16 + half * 8 + 2 * tq + c;
+                    part[((size_t)s * rows + r) * out_p + col] = acc[q][half][c] + acc[q][half][2 + c] * (1.0f / 2048.0f);
+                }
+            }
+        }
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (t == 0) last = atomicAdd(done + cg, 1u) == (u32)splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float* ys = reinterpret_cast<float*>(smem);
+    for (int i = t; i < rows * HAD; i += blockDim.x) {
+        const float* src = part + (size_t)(i / HAD) * out_p + cg * HAD + i % HAD;
+        const size_t stride = (size_t)rows * out_p;
+        float v = 0.0f;
+        // Eight loads in flight at a time; the adds stay in split order.
+        for (int p0 = 0; p0 < splits; p0 += 8) {
+            float u[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) u[j] = p0 + j < splits ? __ldcg(src + (p0 + j) * stride) : 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v = p0 + j < splits ? v + u[j] : v;
+        }
+        ys[i] = v;
+    }
+    __syncthreads();
+    fwht_rows(ys, rows, HAD);
+    for (int i = t; i < rows * HAD; i += blockDim.x) {
+        float o = __fmul_rn(ys[i], f16(svh_s[i % HAD]));
+        if (wt.bias) o = __fadd_rn(o, bias_s[i % HAD]);
+        y[(size_t)(i / HAD) * out_p + cg * HAD + i % HAD] = o;
+    }
+    if (t == 0) done[cg] = 0;
+}

@@ -2,13 +2,13 @@
 
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
 use crate::exl3::{Exl3Weight, HAD};
+use crate::exl3_mma::{EXL3_MMA_ROWS, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma};
 use cudarc::driver::PushKernelArg;
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu, PoolBuf, grid};
 
 /// Rows one `exl3_gemv_seq` launch takes; more run as further launches (a row never depends on the others).
 pub const EXL3_MAX_ROWS: usize = 8;
-
 /// One EXL3 linear on a GPU: the `(in_p, out_p)` trellis, fp16 `suh`/`svh` and an f32 bias, as `Exl3Weight` holds them.
 #[derive(Debug)]
 pub struct GpuExl3<'g> {
@@ -20,6 +20,10 @@ pub struct GpuExl3<'g> {
     suh: PoolBuf<'g>,
     svh: PoolBuf<'g>,
     bias: Option<PoolBuf<'g>>,
+    /// One finished-split counter per 128 outputs; the last block of a group resets its counter to 0.
+    done: PoolBuf<'g>,
+    /// This weight as the fast kernel's one-row table.
+    table: PoolBuf<'g>,
 }
 
 impl<'g> GpuExl3<'g> {
@@ -32,15 +36,20 @@ impl<'g> GpuExl3<'g> {
         if (w.out_p / 16) > 65535 {
             return Err(Error::Launch { op: OP, what: format!("{} outputs exceed one launch's grid", w.out_p) });
         }
+        let (trellis, suh, svh) = (gpu.upload_exact(&w.trellis)?, gpu.upload_exact(&w.suh)?, gpu.upload_exact(&w.svh)?);
+        let bias = w.bias.as_ref().map(|b| gpu.upload_exact(b)).transpose()?;
+        let table = gpu.upload_exact(&dev_row(gpu, (&trellis, &suh, &svh, bias.as_ref()), w.k))?;
         Ok(GpuExl3 {
             in_p: w.in_p,
             out_p: w.out_p,
             k: w.k,
             codebook: w.codebook.index() as i32,
-            trellis: gpu.upload_exact(&w.trellis)?,
-            suh: gpu.upload_exact(&w.suh)?,
-            svh: gpu.upload_exact(&w.svh)?,
-            bias: w.bias.as_ref().map(|b| gpu.upload_exact(b)).transpose()?,
+            trellis,
+            suh,
+            svh,
+            bias,
+            done: gpu.upload_exact(&vec![0u32; w.out_p / MMA_COLS])?,
+            table,
         })
     }
 
@@ -59,7 +68,7 @@ impl<'g> GpuExl3<'g> {
     }
 
     /// `y = x·W (+ bias)` for `rows` f32 rows of `in_p`, f32 `[rows, out_p]`, bit for bit `Exl3Weight::forward`.
-    pub fn forward(&self, gpu: &'g Gpu, x: &PoolBuf<'_>, rows: usize) -> Result<PoolBuf<'g>, Error> {
+    pub fn forward_exact(&self, gpu: &'g Gpu, x: &PoolBuf<'_>, rows: usize) -> Result<PoolBuf<'g>, Error> {
         const OP: &str = "exl3 forward";
         check_len(OP, "x", x, bytes(OP, bytes(OP, rows, self.in_p)?, 4)?)?;
         let (in_i, out_i) = (as_i32(OP, "in", self.in_p)?, as_i32(OP, "out", self.out_p)?);
@@ -108,5 +117,66 @@ impl<'g> GpuExl3<'g> {
         unsafe { launch.launch(grid((rows, self.out_p / HAD), HAD as u32, 0)) }
             .doing(|| format!("launching exl3_had_out on {rows} rows"))?;
         Ok(y)
+    }
+
+    /// The codebook index (0 3INST, 1 MCG, 2 MUL1).
+    pub fn codebook(&self) -> i32 {
+        self.codebook
+    }
+
+    /// This weight's row of a fast-kernel table.
+    pub(crate) fn dev_row(&self, gpu: &Gpu) -> [u64; 5] {
+        dev_row(gpu, (&self.trellis, &self.suh, &self.svh, self.bias.as_ref()), self.k)
+    }
+
+    /// `Q` as fp16 bits through the fast path's register decode: must equal [`GpuExl3::decode_q`] bit for bit.
+    pub fn decode_frag(&self, gpu: &Gpu, q: &mut PoolBuf<'_>) -> Result<(), Error> {
+        const OP: &str = "exl3_decode_frag";
+        check_len(OP, "q", q, bytes(OP, bytes(OP, self.in_p, self.out_p)?, 2)?)?;
+        let f = fast_fn(gpu, OP, self.k, self.codebook)?;
+        let out_i = as_i32(OP, "out", self.out_p)?;
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(self.trellis.dev()).arg(q.dev_mut()).arg(&out_i);
+        // SAFETY: arguments match `exl3_decode_frag(const u16*, u16*, int)`; the grid covers the tiles, q checked above.
+        unsafe { launch.launch(grid((self.in_p / 16, self.out_p / 16), 32, 0)) }
+            .doing(|| format!("launching {OP} on {}×{} K={}", self.in_p, self.out_p, self.k))?;
+        Ok(())
+    }
+
+    /// `y = x·W (+ bias)` on tensor cores, one launch per 16 rows: within a tolerance of `Exl3Weight::forward`, not bit for bit.
+    pub fn forward(&self, gpu: &'g Gpu, x: &PoolBuf<'_>, rows: usize) -> Result<PoolBuf<'g>, Error> {
+        let mut y = gpu.pool().take(bytes("exl3 forward", bytes("exl3 forward", rows, self.out_p)?, 4)?.max(4))?;
+        let mut part = gpu.pool().take(self.part_bytes(rows).max(4))?;
+        self.forward_into(gpu, x, rows, &mut y, &mut part)?;
+        Ok(y)
+    }
+
+    /// Scratch [`GpuExl3::forward_into`] needs for `rows` rows: each split's partial sums.
+    pub fn part_bytes(&self, rows: usize) -> usize {
+        MmaPlan::new(self.in_p, self.out_p).splits * EXL3_MMA_ROWS.min(rows) * self.out_p * 4
+    }
+
+    /// [`GpuExl3::forward`] into caller buffers: `y` f32 `[rows, out_p]`, `part` at least `part_bytes(rows)`.
+    pub fn forward_into(
+        &self,
+        gpu: &Gpu,
+        x: &PoolBuf<'_>,
+        rows: usize,
+        y: &mut PoolBuf<'_>,
+        part: &mut PoolBuf<'_>,
+    ) -> Result<(), Error> {
+        const OP: &str = "exl3_gemv_mma";
+        check_len(OP, "x", x, bytes(OP, bytes(OP, rows, self.in_p)?, 4)?)?;
+        check_len(OP, "y", y, bytes(OP, bytes(OP, rows, self.out_p)?, 4)?)?;
+        check_len(OP, "part", part, self.part_bytes(rows))?;
+        for r0 in (0..rows).step_by(EXL3_MMA_ROWS) {
+            let m = EXL3_MMA_ROWS.min(rows - r0);
+            let shape = MmaShape { in_p: self.in_p, out_p: self.out_p, k: self.k, codebook: self.codebook, rows: m };
+            let jobs = MmaJobs { table: &self.table, experts: 1, ids: None, topk: 0, count: 1, done: &self.done };
+            let xs = x.dev().slice(r0 * self.in_p * 4..);
+            let mut ys = y.dev_mut().slice_mut(r0 * self.out_p * 4..);
+            launch_mma(gpu, &shape, &jobs, &xs, &mut ys, part)?;
+        }
+        Ok(())
     }
 }

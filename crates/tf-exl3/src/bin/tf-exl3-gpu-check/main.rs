@@ -1,6 +1,7 @@
 //! GPU self-check of the FP4 expert GEMV against `Fp4Weight::forward_f32` (rows alone, routed pairs, batch-1 time) and of EXL3 (exl3.rs).
 
 mod exl3;
+mod exl3_fast;
 
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
@@ -350,6 +351,7 @@ fn main() -> ExitCode {
             section(&mut report, "fp4_gemv_routed", |r| check_routed(&gpu, rng, r));
             section(&mut report, "timing", |r| check_timing(&gpu, rng, r, copy));
             section(&mut report, "exl3", |r| exl3::check(&gpu, rng, r, copy));
+            section(&mut report, "exl3 fast", |r| exl3_fast::check(&gpu, rng, r, copy));
         }
     }
     // The JSON first, so the table is the last thing printed.

@@ -1,0 +1,215 @@
+//! The tensor-core EXL3 kernel's host side: its split plan, the device table of linears it reads, one-weight and routed launches.
+
+use crate::cuda::{EXL3, as_i32, bytes, check_len};
+use crate::exl3::HAD;
+use crate::exl3_cuda::GpuExl3;
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, DevicePtr, PushKernelArg};
+use std::marker::PhantomData;
+use tf_cuda::error::DriverResultExt;
+use tf_cuda::{Error, Gpu, PoolBuf, grid};
+
+/// Rows one `exl3_gemv_mma` job takes (two mma row groups of 8).
+pub const EXL3_MMA_ROWS: usize = 16;
+/// Outputs one `exl3_gemv_mma` block owns: one Hadamard block, 8 warps of 16 columns.
+pub(crate) const MMA_COLS: usize = 128;
+/// Blocks a fast GEMV aims for (two per SM of an H100/H200); a function of the shape only, so bits never depend on the GPU.
+const MMA_TARGET_BLOCKS: usize = 264;
+/// Shared memory every launch gets without opting in.
+const SMEM_DEFAULT: usize = 48 << 10;
+
+/// How `exl3_gemv_mma` splits the input: `kr` k-tiles (whole Hadamard blocks) per split, `splits` of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmaPlan {
+    pub kr: usize,
+    pub splits: usize,
+}
+
+impl MmaPlan {
+    /// The split for an `(in_p, out_p)` weight; rows never change it, so a row's result does not depend on the batch.
+    pub fn new(in_p: usize, out_p: usize) -> MmaPlan {
+        let (groups, blocks) = (out_p / MMA_COLS, in_p / HAD);
+        let want = MMA_TARGET_BLOCKS.div_ceil(groups).clamp(1, blocks);
+        let per = blocks.div_ceil(want);
+        MmaPlan { kr: per * HAD / 16, splits: blocks.div_ceil(per) }
+    }
+
+    /// Dynamic shared memory of one block, as the kernel lays it out: records (or finishing rows), x, A fragments, suh, svh, bias.
+    pub fn smem_bytes(&self, k: usize, rows: usize) -> usize {
+        let tiles = (self.kr * 8 * 8 * k * 4).max(rows * MMA_COLS * 4);
+        tiles + rows * self.kr * 64 + self.kr * rows.div_ceil(8) * 512 + self.kr * 32 + HAD * 2 + HAD * 4
+    }
+}
+
+/// The kernel's `Exl3Dev` row: trellis, suh, svh and bias (0 = none) device pointers, then K.
+pub(crate) fn dev_row(
+    gpu: &Gpu,
+    bufs: (&PoolBuf<'_>, &PoolBuf<'_>, &PoolBuf<'_>, Option<&PoolBuf<'_>>),
+    k: usize,
+) -> [u64; 5] {
+    let ptr = |b: &PoolBuf<'_>| b.dev().device_ptr(gpu.stream()).0;
+    [ptr(bufs.0), ptr(bufs.1), ptr(bufs.2), bufs.3.map_or(0, ptr), k as u64]
+}
+
+/// `entry` of the fast path, compiled for one K and codebook.
+pub(crate) fn fast_fn(gpu: &Gpu, entry: &str, k: usize, codebook: i32) -> Result<CudaFunction, Error> {
+    let (k, cb) = (k.to_string(), codebook.to_string());
+    gpu.function(&EXL3.spec(&[("EXL3_K", &k), ("EXL3_CB", &cb)]), entry)
+}
+
+/// One launch's weight shape: `rows` (≤ 16) per job, and the K it is compiled for (jobs whose expert has another K leave).
+pub(crate) struct MmaShape {
+    pub in_p: usize,
+    pub out_p: usize,
+    pub k: usize,
+    pub codebook: i32,
+    pub rows: usize,
+}
+
+/// Which table row each of `count` jobs uses (`ids`, or row 0), which x rows it reads (`topk`: job / topk; 0: its own), and its counters.
+pub(crate) struct MmaJobs<'a, 'g> {
+    pub table: &'a PoolBuf<'g>,
+    pub experts: usize,
+    pub ids: Option<&'a PoolBuf<'g>>,
+    pub topk: usize,
+    pub count: usize,
+    pub done: &'a PoolBuf<'g>,
+}
+
+/// Launches `exl3_gemv_mma` for `jobs` at `shape`; `part` holds at least jobs × splits × rows × out_p f32.
+pub(crate) fn launch_mma(
+    gpu: &Gpu,
+    shape: &MmaShape,
+    jobs: &MmaJobs<'_, '_>,
+    x: &CudaView<'_, u8>,
+    y: &mut CudaViewMut<'_, u8>,
+    part: &mut PoolBuf<'_>,
+) -> Result<(), Error> {
+    const OP: &str = "exl3_gemv_mma";
+    let plan = MmaPlan::new(shape.in_p, shape.out_p);
+    let groups = shape.out_p / MMA_COLS;
+    check_len(OP, "part", part, jobs.count * plan.splits * shape.rows * shape.out_p * 4)?;
+    check_len(OP, "done", jobs.done, jobs.count * groups * 4)?;
+    if jobs.count == 0 || shape.rows == 0 {
+        return Ok(());
+    }
+    let f = fast_fn(gpu, OP, shape.k, shape.codebook)?;
+    let smem = plan.smem_bytes(shape.k, shape.rows);
+    if smem > SMEM_DEFAULT {
+        let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(attr, smem as i32).doing(|| format!("allowing {OP} {smem} bytes of shared memory"))?;
+    }
+    let ints = [jobs.experts, jobs.topk, shape.rows, shape.in_p, shape.out_p, plan.kr];
+    let [experts, topk, rows, in_i, out_i, kr] = ints.map(|v| as_i32(OP, "a launch parameter", v));
+    let (experts, topk, rows, in_i, out_i, kr) = (experts?, topk?, rows?, in_i?, out_i?, kr?);
+    let ids = jobs.ids.map_or(0, |b| b.dev().device_ptr(gpu.stream()).0);
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(y).arg(part.dev_mut());
+    launch.arg(jobs.done.dev()).arg(&rows).arg(&in_i).arg(&out_i).arg(&kr);
+    let mut cfg = grid((groups, plan.splits), 256, smem);
+    cfg.grid_dim.2 = u32::try_from(jobs.count)
+        .ok()
+        .filter(|&z| z <= 65535)
+        .ok_or_else(|| Error::Launch { op: OP, what: format!("{} jobs exceed one launch's grid", jobs.count) })?;
+    // SAFETY: arguments match exl3_gemv_mma's signature; x, y, part and done were sized for these jobs by the callers and above.
+    unsafe { launch.launch(cfg) }
+        .doing(|| format!("launching {OP} on {} jobs × {rows} rows × {}×{}", jobs.count, shape.in_p, shape.out_p))?;
+    Ok(())
+}
+
+/// Routed experts of one shape and codebook (K may differ per expert): one launch per K present, each job one row.
+pub struct Exl3Experts<'g, 'b> {
+    table: PoolBuf<'g>,
+    done: PoolBuf<'g>,
+    ks: Vec<usize>,
+    count: usize,
+    max_pairs: usize,
+    in_p: usize,
+    out_p: usize,
+    codebook: i32,
+    _borrows: PhantomData<&'b GpuExl3<'g>>,
+}
+
+impl<'g, 'b> Exl3Experts<'g, 'b> {
+    /// A table over `experts` (same shape and codebook) for up to `max_pairs` routed rows per call.
+    pub fn new(gpu: &'g Gpu, experts: &[&'b GpuExl3<'g>], max_pairs: usize) -> Result<Self, Error> {
+        const OP: &str = "exl3 expert table";
+        let first = experts.first().ok_or_else(|| Error::Launch { op: OP, what: "no experts".into() })?;
+        let mut rows = Vec::with_capacity(experts.len() * 5);
+        let mut ks = Vec::new();
+        for (e, w) in experts.iter().enumerate() {
+            if (w.in_p, w.out_p, w.codebook()) != (first.in_p, first.out_p, first.codebook()) {
+                return Err(Error::Launch {
+                    op: OP,
+                    what: format!(
+                        "expert {e} is {}×{} codebook {}, expert 0 {}×{} codebook {}",
+                        w.in_p,
+                        w.out_p,
+                        w.codebook(),
+                        first.in_p,
+                        first.out_p,
+                        first.codebook()
+                    ),
+                });
+            }
+            rows.extend(w.dev_row(gpu));
+            if !ks.contains(&w.k) {
+                ks.push(w.k);
+            }
+        }
+        ks.sort_unstable();
+        as_i32(OP, "experts", experts.len())?;
+        Ok(Exl3Experts {
+            table: gpu.upload_exact(&rows)?,
+            done: gpu.upload_exact(&vec![0u32; max_pairs.max(1) * first.out_p / MMA_COLS])?,
+            ks,
+            count: experts.len(),
+            max_pairs,
+            in_p: first.in_p,
+            out_p: first.out_p,
+            codebook: first.codebook(),
+            _borrows: PhantomData,
+        })
+    }
+
+    /// Scratch `routed` needs for `pairs` rows.
+    pub fn part_bytes(&self, pairs: usize) -> usize {
+        pairs * MmaPlan::new(self.in_p, self.out_p).splits * self.out_p * 4
+    }
+
+    /// `y[p] = x[topk > 0 ? p / topk : p] · W[ids[p]]` for `pairs` rows; an id outside the table gives a NaN row.
+    pub fn routed(
+        &self,
+        gpu: &Gpu,
+        ids: &PoolBuf<'g>,
+        x: &PoolBuf<'_>,
+        topk: usize,
+        (y, part): (&mut PoolBuf<'_>, &mut PoolBuf<'_>),
+        pairs: usize,
+    ) -> Result<(), Error> {
+        const OP: &str = "exl3 routed";
+        if pairs > self.max_pairs {
+            return Err(Error::Launch {
+                op: OP,
+                what: format!("{pairs} pairs, the table was built for {}", self.max_pairs),
+            });
+        }
+        let x_rows = if topk > 0 { pairs.div_ceil(topk) } else { pairs };
+        check_len(OP, "ids", ids, bytes(OP, pairs, 4)?)?;
+        check_len(OP, "x", x, bytes(OP, bytes(OP, x_rows, self.in_p)?, 4)?)?;
+        check_len(OP, "y", y, bytes(OP, bytes(OP, pairs, self.out_p)?, 4)?)?;
+        for &k in &self.ks {
+            let shape = MmaShape { in_p: self.in_p, out_p: self.out_p, k, codebook: self.codebook, rows: 1 };
+            let jobs = MmaJobs {
+                table: &self.table,
+                experts: self.count,
+                ids: Some(ids),
+                topk,
+                count: pairs,
+                done: &self.done,
+            };
+            launch_mma(gpu, &shape, &jobs, &x.dev().slice(..), &mut y.dev_mut().slice_mut(..), part)?;
+        }
+        Ok(())
+    }
+}
