@@ -383,3 +383,15 @@ extern "C" __global__ void __launch_bounds__(256) exl3_gemv_mma(
     }
     if (t == 0) done[cg] = 0;
 }
+
+// Grid (rows), 256 threads: bf16 rows of k values to f32 rows of k_p (zeros past k), the padded input EXL3 linears take.
+extern "C" __global__ void exl3_rows_in(const u16* __restrict__ x, float* __restrict__ xp, int k, int k_p) {
+    const size_t r = blockIdx.x;
+    for (int i = threadIdx.x; i < k_p; i += blockDim.x) xp[r * k_p + i] = i < k ? __uint_as_float((u32)x[r * k + i] << 16) : 0.0f;
+}
+
+// Grid (rows), 256 threads: the first n of each f32 row of n_p (padded outputs dropped).
+extern "C" __global__ void exl3_rows_out(const float* __restrict__ y, float* __restrict__ out, int n, int n_p) {
+    const size_t r = blockIdx.x;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[r * n + i] = y[r * n_p + i];
+}

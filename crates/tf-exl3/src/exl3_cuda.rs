@@ -2,7 +2,9 @@
 
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
 use crate::exl3::{Exl3Weight, HAD};
-use crate::exl3_mma::{EXL3_MMA_ROWS, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma};
+use crate::exl3_mma::{
+    EXL3_MMA_ROWS, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, rows_in, rows_out,
+};
 use cudarc::driver::PushKernelArg;
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu, PoolBuf, grid};
@@ -119,6 +121,11 @@ impl<'g> GpuExl3<'g> {
         Ok(y)
     }
 
+    /// Device bytes of the weight (trellis, scales, bias).
+    pub fn bytes(&self) -> usize {
+        self.trellis.len() + self.suh.len() + self.svh.len() + self.bias.as_ref().map_or(0, |b| b.len())
+    }
+
     /// The codebook index (0 3INST, 1 MCG, 2 MUL1).
     pub fn codebook(&self) -> i32 {
         self.codebook
@@ -149,6 +156,18 @@ impl<'g> GpuExl3<'g> {
         let mut part = gpu.pool().take(self.part_bytes(rows).max(4))?;
         self.forward_into(gpu, x, rows, &mut y, &mut part)?;
         Ok(y)
+    }
+
+    /// bf16 `[rows, k]` (k ≤ in_p; the rest zeros) to f32 `[rows, n]` (the first n ≤ out_p outputs), through [`GpuExl3::forward`].
+    pub fn forward_bf16(
+        &self,
+        gpu: &'g Gpu,
+        x: &PoolBuf<'_>,
+        rows: usize,
+        (k, n): (usize, usize),
+    ) -> Result<PoolBuf<'g>, Error> {
+        let xp = rows_in(gpu, x, rows, k, self.in_p)?;
+        rows_out(gpu, self.forward(gpu, &xp, rows)?, rows, n, self.out_p)
     }
 
     /// Scratch [`GpuExl3::forward_into`] needs for `rows` rows: each split's partial sums.

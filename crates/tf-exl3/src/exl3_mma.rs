@@ -70,7 +70,8 @@ pub(crate) struct MmaShape {
 pub(crate) struct MmaJobs<'a, 'g> {
     pub table: &'a PoolBuf<'g>,
     pub experts: usize,
-    pub ids: Option<&'a PoolBuf<'g>>,
+    /// Device address of the jobs' i32 expert ids.
+    pub ids: Option<u64>,
     pub topk: usize,
     pub count: usize,
     pub done: &'a PoolBuf<'g>,
@@ -102,7 +103,7 @@ pub(crate) fn launch_mma(
     let ints = [jobs.experts, jobs.topk, shape.rows, shape.in_p, shape.out_p, plan.kr];
     let [experts, topk, rows, in_i, out_i, kr] = ints.map(|v| as_i32(OP, "a launch parameter", v));
     let (experts, topk, rows, in_i, out_i, kr) = (experts?, topk?, rows?, in_i?, out_i?, kr?);
-    let ids = jobs.ids.map_or(0, |b| b.dev().device_ptr(gpu.stream()).0);
+    let ids = jobs.ids.unwrap_or(0);
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(y).arg(part.dev_mut());
     launch.arg(jobs.done.dev()).arg(&rows).arg(&in_i).arg(&out_i).arg(&kr);
@@ -172,44 +173,118 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
         })
     }
 
-    /// Scratch `routed` needs for `pairs` rows.
-    pub fn part_bytes(&self, pairs: usize) -> usize {
-        pairs * MmaPlan::new(self.in_p, self.out_p).splits * self.out_p * 4
+    /// The same table without the borrow of the experts, for a holder that owns them; the caller keeps them alive.
+    #[allow(clippy::missing_safety_doc)]
+    pub unsafe fn into_detached(self) -> Exl3Experts<'g, 'static> {
+        let Exl3Experts { table, done, ks, count, max_pairs, in_p, out_p, codebook, .. } = self;
+        Exl3Experts { table, done, ks, count, max_pairs, in_p, out_p, codebook, _borrows: PhantomData }
     }
 
-    /// `y[p] = x[topk > 0 ? p / topk : p] · W[ids[p]]` for `pairs` rows; an id outside the table gives a NaN row.
+    /// Scratch `routed` needs for `pairs` rows (at most `max_pairs` run per launch).
+    pub fn part_bytes(&self, pairs: usize) -> usize {
+        pairs.min(self.max_pairs) * MmaPlan::new(self.in_p, self.out_p).splits * self.out_p * 4
+    }
+
+    /// `y[p] = x[topk > 0 ? p / topk : p] · W[ids[p]]` (f32, padded widths) for `pairs` rows; an id outside the table gives a NaN row.
     pub fn routed(
         &self,
         gpu: &Gpu,
-        ids: &PoolBuf<'g>,
+        ids: &PoolBuf<'_>,
         x: &PoolBuf<'_>,
         topk: usize,
         (y, part): (&mut PoolBuf<'_>, &mut PoolBuf<'_>),
         pairs: usize,
     ) -> Result<(), Error> {
         const OP: &str = "exl3 routed";
-        if pairs > self.max_pairs {
-            return Err(Error::Launch {
-                op: OP,
-                what: format!("{pairs} pairs, the table was built for {}", self.max_pairs),
-            });
-        }
-        let x_rows = if topk > 0 { pairs.div_ceil(topk) } else { pairs };
+        let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
         check_len(OP, "ids", ids, bytes(OP, pairs, 4)?)?;
         check_len(OP, "x", x, bytes(OP, bytes(OP, x_rows, self.in_p)?, 4)?)?;
         check_len(OP, "y", y, bytes(OP, bytes(OP, pairs, self.out_p)?, 4)?)?;
-        for &k in &self.ks {
-            let shape = MmaShape { in_p: self.in_p, out_p: self.out_p, k, codebook: self.codebook, rows: 1 };
-            let jobs = MmaJobs {
-                table: &self.table,
-                experts: self.count,
-                ids: Some(ids),
-                topk,
-                count: pairs,
-                done: &self.done,
-            };
-            launch_mma(gpu, &shape, &jobs, &x.dev().slice(..), &mut y.dev_mut().slice_mut(..), part)?;
+        // A launch takes whole tokens when pairs share a token's row.
+        if topk > self.max_pairs {
+            return Err(Error::Launch {
+                op: OP,
+                what: format!("topk {topk} exceeds the table's {} pairs", self.max_pairs),
+            });
+        }
+        let chunk = self.max_pairs.checked_div(topk).map_or(self.max_pairs, |t| t * topk);
+        let ids_at = ids.dev().device_ptr(gpu.stream()).0;
+        for c0 in (0..pairs).step_by(chunk.max(1)) {
+            let count = chunk.min(pairs - c0);
+            let x0 = c0.checked_div(topk).unwrap_or(c0);
+            for &k in &self.ks {
+                let shape = MmaShape { in_p: self.in_p, out_p: self.out_p, k, codebook: self.codebook, rows: 1 };
+                let jobs = MmaJobs {
+                    table: &self.table,
+                    experts: self.count,
+                    ids: Some(ids_at + 4 * c0 as u64),
+                    topk,
+                    count,
+                    done: &self.done,
+                };
+                let xs = x.dev().slice(x0 * self.in_p * 4..);
+                launch_mma(gpu, &shape, &jobs, &xs, &mut y.dev_mut().slice_mut(c0 * self.out_p * 4..), part)?;
+            }
         }
         Ok(())
     }
+
+    /// [`Exl3Experts::routed`] from bf16 rows of `k` inputs to f32 rows of `n` outputs (the model's widths, padding handled here).
+    pub fn routed_bf16(
+        &self,
+        gpu: &'g Gpu,
+        ids: &PoolBuf<'_>,
+        x: &PoolBuf<'_>,
+        topk: usize,
+        pairs: usize,
+        (k, n): (usize, usize),
+    ) -> Result<PoolBuf<'g>, Error> {
+        let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
+        let xp = rows_in(gpu, x, x_rows, k, self.in_p)?;
+        let mut y = gpu.pool().take((pairs * self.out_p * 4).max(4))?;
+        let mut part = gpu.pool().take(self.part_bytes(pairs).max(4))?;
+        self.routed(gpu, ids, &xp, topk, (&mut y, &mut part), pairs)?;
+        rows_out(gpu, y, pairs, n, self.out_p)
+    }
+}
+
+/// bf16 `[rows, k]` to f32 `[rows, k_p]`, zeros past `k` (an EXL3 linear's padded input).
+pub fn rows_in<'g>(gpu: &'g Gpu, x: &PoolBuf<'_>, rows: usize, k: usize, k_p: usize) -> Result<PoolBuf<'g>, Error> {
+    const OP: &str = "exl3_rows_in";
+    check_len(OP, "x", x, bytes(OP, bytes(OP, rows, k)?, 2)?)?;
+    if k > k_p {
+        return Err(Error::Launch { op: OP, what: format!("{k} inputs exceed the linear's {k_p}") });
+    }
+    let mut xp = gpu.pool().take((rows * k_p * 4).max(4))?;
+    if rows > 0 {
+        let f = gpu.function(&EXL3.spec(&[]), OP)?;
+        let (k_i, kp_i) = (as_i32(OP, "k", k)?, as_i32(OP, "k_p", k_p)?);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(x.dev()).arg(xp.dev_mut()).arg(&k_i).arg(&kp_i);
+        // SAFETY: arguments match `exl3_rows_in(const u16*, float*, int, int)`; x checked above, xp sized here.
+        unsafe { launch.launch(grid((rows, 1), 256, 0)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+    }
+    Ok(xp)
+}
+
+/// The first `n` of each f32 row of `n_p` (`y` itself when nothing is padded).
+pub fn rows_out<'g>(gpu: &'g Gpu, y: PoolBuf<'g>, rows: usize, n: usize, n_p: usize) -> Result<PoolBuf<'g>, Error> {
+    const OP: &str = "exl3_rows_out";
+    if n == n_p {
+        return Ok(y);
+    }
+    check_len(OP, "y", &y, bytes(OP, bytes(OP, rows, n_p)?, 4)?)?;
+    if n > n_p {
+        return Err(Error::Launch { op: OP, what: format!("{n} outputs exceed the linear's {n_p}") });
+    }
+    let mut out = gpu.pool().take((rows * n * 4).max(4))?;
+    if rows > 0 {
+        let f = gpu.function(&EXL3.spec(&[]), OP)?;
+        let (n_i, np_i) = (as_i32(OP, "n", n)?, as_i32(OP, "n_p", n_p)?);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(y.dev()).arg(out.dev_mut()).arg(&n_i).arg(&np_i);
+        // SAFETY: arguments match `exl3_rows_out(const float*, float*, int, int)`; y checked above, out sized here.
+        unsafe { launch.launch(grid((rows, 1), 256, 0)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+    }
+    Ok(out)
 }

@@ -104,6 +104,11 @@ pub struct GMoe {
 
 impl GMoe {
     fn upload(gpu: &'static Gpu, m: &Moe) -> Result<GMoe, Error> {
+        if m.prefill.is_some() {
+            let what =
+                "--prefill-experts mxfp4 runs on the CPU only; the GPU's MXFP4 prompt kernel is not built yet".into();
+            return Err(Error::Launch { op: "upload", what });
+        }
         Ok(GMoe {
             gate: Mat::upload(gpu, &m.gate)?,
             bias: upload_f32(gpu, &m.bias)?,

@@ -3,29 +3,14 @@
 use super::layer::GMoe;
 use super::model::GpuModel;
 use super::ops::{self, Io};
-use super::weights::{Acts, Buf, Experts4};
-use tf_cuda::{Error, Gpu};
-use tf_exl3::cuda::{RoutedActs, fp4_gemv_routed};
-
-/// `pairs` routed GEMVs of one expert set, f32 `[pairs, n]`.
-fn routed(
-    gpu: &'static Gpu,
-    set: &Experts4,
-    ids: &Buf,
-    x: &Acts,
-    acts: RoutedActs,
-    pairs: usize,
-) -> Result<Buf, Error> {
-    let mut y = gpu.pool().take(pairs * set.n * 4)?;
-    fp4_gemv_routed(gpu, set.table(), ids, (&x.codes, &x.scales), acts, &mut y, pairs)?;
-    Ok(y)
-}
+use super::weights::{Acts, Buf};
+use tf_cuda::Error;
 
 impl GpuModel {
     /// The MoE of `rows` normed bf16 rows; bf16 `[rows, dim]`.
     pub(crate) fn moe(&self, m: &GMoe, x: &Buf, rows: usize) -> Result<Buf, Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
-        let (dim, inter, topk, experts) = (cfg.dim, cfg.moe_inter_dim, m.topk, m.w1.w.len());
+        let (dim, inter, topk, experts) = (cfg.dim, cfg.moe_inter_dim, m.topk, m.w1.len());
         let logits = self.phase("moe: gate", || m.gate.forward(gpu, x, Io::Bf16, Io::F32, rows, 1))?;
         let (mut ids, mut wts) = (gpu.pool().take(rows * topk * 4)?, gpu.pool().take(rows * topk * 4)?);
         ops::route(
@@ -43,13 +28,12 @@ impl GpuModel {
         }
         let xq = Acts::quantize(gpu, x, rows, dim)?;
         let pairs = rows * topk;
-        let per_token = RoutedActs::PerToken { topk };
         let down = self.phase("moe: routed experts", || {
-            let g = routed(gpu, &m.w1, &ids, &xq, per_token, pairs)?;
-            let u = routed(gpu, &m.w3, &ids, &xq, per_token, pairs)?;
+            let g = m.w1.routed(gpu, &ids, &xq, topk, true, pairs)?;
+            let u = m.w3.routed(gpu, &ids, &xq, topk, true, pairs)?;
             let mut h = gpu.pool().take(pairs * inter * 2)?;
             ops::swiglu(gpu, &g.view(), &u.view(), Some(&wts.view()), &mut h.view_mut(), (pairs, inter), m.limit)?;
-            routed(gpu, &m.w2, &ids, &Acts::quantize(gpu, &h, pairs, inter)?, RoutedActs::PerPair, pairs)
+            m.w2.routed(gpu, &ids, &Acts::quantize(gpu, &h, pairs, inter)?, topk, false, pairs)
         })?;
         let [s1, s2, s3] = &m.shared;
         let (sg, su) = (s1.forward_f32(gpu, &xq)?, s3.forward_f32(gpu, &xq)?);

@@ -4,7 +4,7 @@ use super::kernels::SYNTH;
 use super::layer::{GAttn, GBlock, GCompressor, GHc, GIndexer, GMoe};
 use super::model::GpuModel;
 use super::ops::{Sum, grid};
-use super::weights::{Buf, Experts4, Lin8, Mat};
+use super::weights::{Buf, Experts4, Lin8, LinW, Mat};
 use crate::config::{Config, RopeKind, roles};
 use crate::model::Options;
 use crate::rope::Rope;
@@ -100,7 +100,7 @@ impl Gen {
     fn lin8(&mut self, n: usize, k: usize) -> Result<Lin8, Error> {
         let w = self.bytes(n * k, 0, 0)?;
         let scale = self.bytes(n.div_ceil(QBLOCK) * (k / QBLOCK), 2, Gen::scale_byte(k, 1.3))?;
-        Ok(Lin8 { w, scale, n, k })
+        Ok(Lin8 { w: LinW::Fp8 { w, scale }, n, k })
     }
 
     fn mat(&mut self, n: usize, k: usize, order: Sum) -> Result<Mat, Error> {
@@ -205,7 +205,7 @@ impl GpuModel {
     /// Device bytes of every weight of block `layer`, the routed experts apart: (the rest, one routed expert's three).
     pub fn block_weight_bytes(&self, layer: usize) -> (usize, usize) {
         let b = &self.blocks[layer];
-        let lin = |l: &Lin8| l.w.len() + l.scale.len();
+        let lin = |l: &Lin8| l.bytes();
         let mut rest = [&b.attn.wq_a, &b.attn.wq_b, &b.attn.wkv, &b.attn.wo_b].iter().map(|l| lin(l)).sum::<usize>();
         rest += b.ffn.shared.iter().map(lin).sum::<usize>();
         rest += b.attn.wo_a.w.len() + b.ffn.gate.w.len() + b.ffn.bias.len() + b.attn.sink.len();
@@ -218,7 +218,7 @@ impl GpuModel {
         if let Some(ix) = &b.attn.indexer {
             rest += lin(&ix.wq_b) + ix.weights_proj.w.len();
         }
-        let expert = |s: &Experts4| s.w.first().map_or(0, |(w, sc)| w.len() + sc.len());
+        let expert = |s: &Experts4| s.expert_bytes();
         (rest, expert(&b.ffn.w1) + expert(&b.ffn.w2) + expert(&b.ffn.w3))
     }
 }

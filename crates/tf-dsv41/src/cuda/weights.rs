@@ -1,67 +1,97 @@
-//! Weights on the GPU, uploaded once from the CPU model: FP8 linears, FP4 expert sets, plain matrices and vectors.
+//! Weights on the GPU, uploaded once from the CPU model: FP8 or EXL3 linears, FP4 or EXL3 expert sets, plain matrices and vectors.
 
 use super::ops::{self, Io, Sum};
 use crate::linear::Dense;
 use crate::qlinear::QLinear;
+use std::cell::OnceCell;
 use tf_core::bf16;
 use tf_core::formats::to_bf16;
 use tf_core::ops::qgemm::Fp8Weight;
 use tf_cuda::ops::{Fp8Decode, WeightScale, act_quant_fp8, fp8_gemv};
 use tf_cuda::{Error, Gpu, PoolBuf};
 use tf_exl3::Fp4Weight;
-use tf_exl3::cuda::Fp4Experts;
+use tf_exl3::cuda::{Fp4Experts, RoutedActs, fp4_gemv_routed};
+use tf_exl3::exl3_cuda::GpuExl3;
+use tf_exl3::exl3_mma::Exl3Experts;
 
 /// A device buffer that lives as long as the model (the GPU is opened once per process).
 pub type Buf = PoolBuf<'static>;
 
-/// bf16 rows quantized for the FP8/FP4 GEMVs: E4M3 codes and one power-of-two f32 scale per 32.
-pub struct Acts {
-    pub codes: Buf,
-    pub scales: Buf,
+/// A linear's input: bf16 rows, quantized for the FP8/FP4 GEMVs (E4M3 codes, a power-of-two scale per 32) on first use.
+pub struct Acts<'x> {
+    pub x: &'x Buf,
     pub rows: usize,
     pub k: usize,
+    fp8: OnceCell<(Buf, Buf)>,
 }
 
-impl Acts {
-    /// Quantizes `rows × k` bf16 (`x`) as the CPU's `QuantActs` does (bit-exact).
-    pub fn quantize(gpu: &'static Gpu, x: &Buf, rows: usize, k: usize) -> Result<Acts, Error> {
-        let mut codes = gpu.pool().take(rows * k)?;
-        let mut scales = gpu.pool().take(rows * k / 32 * 4)?;
-        act_quant_fp8(gpu, x, &mut codes, &mut scales, rows, k)?;
-        Ok(Acts { codes, scales, rows, k })
+impl<'x> Acts<'x> {
+    /// `rows × k` bf16 (`x`); an FP8/FP4 weight quantizes it as the CPU's `QuantActs` does (bit-exact), EXL3 reads it as is.
+    pub fn quantize(_gpu: &'static Gpu, x: &'x Buf, rows: usize, k: usize) -> Result<Acts<'x>, Error> {
+        Ok(Acts { x, rows, k, fp8: OnceCell::new() })
+    }
+
+    /// The E4M3 codes and scales, quantized once.
+    pub fn fp8(&self, gpu: &'static Gpu) -> Result<(&Buf, &Buf), Error> {
+        if self.fp8.get().is_none() {
+            let mut codes = gpu.pool().take(self.rows * self.k)?;
+            let mut scales = gpu.pool().take(self.rows * self.k / 32 * 4)?;
+            act_quant_fp8(gpu, self.x, &mut codes, &mut scales, self.rows, self.k)?;
+            let _ = self.fp8.set((codes, scales));
+        }
+        let (c, s) = self.fp8.get().expect("set above");
+        Ok((c, s))
     }
 }
 
-/// An FP8 block-scaled linear `[n, k]` with E8M0 scales per 32×32 tile.
+/// A linear's stored weight: FP8 codes with E8M0 scales per 32×32 tile, or an EXL3 trellis.
+pub enum LinW {
+    Fp8 { w: Buf, scale: Buf },
+    Exl3(Box<GpuExl3<'static>>),
+}
+
+/// A linear `[n, k]`, FP8 block-scaled or EXL3.
 pub struct Lin8 {
-    pub w: Buf,
-    pub scale: Buf,
+    pub w: LinW,
     pub n: usize,
     pub k: usize,
 }
 
 impl Lin8 {
-    pub fn upload(gpu: &'static Gpu, w: &QLinear<Fp8Weight>) -> Result<Lin8, Error> {
-        let w = native(w)?;
+    pub fn upload(gpu: &'static Gpu, q: &QLinear<Fp8Weight>) -> Result<Lin8, Error> {
+        if let QLinear::Exl3(e) = q {
+            return Ok(Lin8 { w: LinW::Exl3(Box::new(GpuExl3::upload(gpu, &e.w)?)), n: e.out, k: e.inp });
+        }
+        let w = native(q)?;
         let (codes, scales) = w.raw();
-        Ok(Lin8 {
-            w: gpu.upload_exact(codes)?,
-            scale: gpu.upload_exact(scales)?,
-            n: w.out_features(),
-            k: w.in_features(),
-        })
+        let w8 = LinW::Fp8 { w: gpu.upload_exact(codes)?, scale: gpu.upload_exact(scales)? };
+        Ok(Lin8 { w: w8, n: w.out_features(), k: w.in_features() })
     }
 
-    /// f32 sums `[rows, n]` (the CPU's `forward_f32`).
-    pub fn forward_f32(&self, gpu: &'static Gpu, x: &Acts) -> Result<Buf, Error> {
-        let mut y = gpu.pool().take(x.rows * self.n * 4)?;
-        let dims = (x.rows, self.n, self.k);
-        fp8_gemv(gpu, &self.w, &self.scale, WeightScale::E8m0, &x.codes, &x.scales, &mut y, dims, Fp8Decode::Hardware)?;
-        Ok(y)
+    /// Device bytes of the weight.
+    pub fn bytes(&self) -> usize {
+        match &self.w {
+            LinW::Fp8 { w, scale } => w.len() + scale.len(),
+            LinW::Exl3(g) => g.bytes(),
+        }
+    }
+
+    /// f32 sums `[rows, n]` (the CPU's `forward_f32`; EXL3 within its kernel's declared bound).
+    pub fn forward_f32(&self, gpu: &'static Gpu, x: &Acts<'_>) -> Result<Buf, Error> {
+        match &self.w {
+            LinW::Fp8 { w, scale } => {
+                let mut y = gpu.pool().take(x.rows * self.n * 4)?;
+                let (codes, scales) = x.fp8(gpu)?;
+                let dims = (x.rows, self.n, self.k);
+                fp8_gemv(gpu, w, scale, WeightScale::E8m0, codes, scales, &mut y, dims, Fp8Decode::Hardware)?;
+                Ok(y)
+            }
+            LinW::Exl3(g) => g.forward_bf16(gpu, x.x, x.rows, (self.k, self.n)),
+        }
     }
 
     /// bf16 `[rows, n]` (the CPU's `forward`: f32 sums rounded once).
-    pub fn forward(&self, gpu: &'static Gpu, x: &Acts) -> Result<Buf, Error> {
+    pub fn forward(&self, gpu: &'static Gpu, x: &Acts<'_>) -> Result<Buf, Error> {
         let y = self.forward_f32(gpu, x)?;
         to_bf16_buf(gpu, &y, x.rows * self.n)
     }
@@ -74,16 +104,35 @@ pub fn to_bf16_buf(gpu: &'static Gpu, y: &Buf, n: usize) -> Result<Buf, Error> {
     Ok(out)
 }
 
-/// One shape of FP4 experts (`[n, k/2]` codes, `[n, k/32]` scales each) and their device pointer tables, built once.
-pub struct Experts4 {
-    pub w: Vec<(Buf, Buf)>,
-    pub n: usize,
-    pub k: usize,
-    table: Fp4Experts<'static, 'static>,
+/// One shape of routed experts, FP4 (`[n, k/2]` codes, `[n, k/32]` scales each) or EXL3, with device tables built once.
+pub enum Experts4 {
+    Fp4 { w: Vec<(Buf, Buf)>, n: usize, k: usize, table: Fp4Experts<'static, 'static> },
+    Exl3 { w: Vec<GpuExl3<'static>>, n: usize, k: usize, table: Exl3Experts<'static, 'static> },
 }
+
+/// Routed rows one EXL3 expert launch takes; more run as further launches.
+const EXL3_MAX_PAIRS: usize = 64;
 
 impl Experts4 {
     pub fn upload<'a>(gpu: &'static Gpu, ws: impl Iterator<Item = &'a QLinear<Fp4Weight>>) -> Result<Experts4, Error> {
+        let ws: Vec<&QLinear<Fp4Weight>> = ws.collect();
+        if let Some(QLinear::Exl3(first)) = ws.first() {
+            let (n, k) = (first.out, first.inp);
+            let mut w = Vec::with_capacity(ws.len());
+            for q in &ws {
+                let QLinear::Exl3(e) = q else {
+                    return Err(Error::Launch {
+                        op: "upload",
+                        what: "an expert set mixes EXL3 and FP4 experts".into(),
+                    });
+                };
+                w.push(GpuExl3::upload(gpu, &e.w)?);
+            }
+            let table = Exl3Experts::new(gpu, &w.iter().collect::<Vec<_>>(), EXL3_MAX_PAIRS)?;
+            // SAFETY: the table points into `w`, which this value owns and never changes; device buffers do not move.
+            let table = unsafe { table.into_detached() };
+            return Ok(Experts4::Exl3 { w, n, k, table });
+        }
         let mut w = Vec::new();
         let (mut n, mut k) = (0, 0);
         for e in ws {
@@ -95,17 +144,63 @@ impl Experts4 {
         Experts4::new(gpu, w, (n, k))
     }
 
-    /// Takes `w` and builds its pointer tables (checking every expert's size).
+    /// Takes FP4 `w` and builds its pointer tables (checking every expert's size).
     pub fn new(gpu: &'static Gpu, w: Vec<(Buf, Buf)>, (n, k): (usize, usize)) -> Result<Experts4, Error> {
         let refs: Vec<(&Buf, &Buf)> = w.iter().map(|(a, b)| (a, b)).collect();
         let table = Fp4Experts::new(gpu, &refs, (n, k))?;
         // SAFETY: the tables point into `w`, which this struct owns and never changes; device buffers do not move.
         let table = unsafe { table.into_detached() };
-        Ok(Experts4 { w, n, k, table })
+        Ok(Experts4::Fp4 { w, n, k, table })
     }
 
-    pub fn table(&self) -> &Fp4Experts<'static, 'static> {
-        &self.table
+    /// Outputs per expert.
+    pub fn n(&self) -> usize {
+        match self {
+            Experts4::Fp4 { n, .. } | Experts4::Exl3 { n, .. } => *n,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Experts4::Fp4 { w, .. } => w.len(),
+            Experts4::Exl3 { w, .. } => w.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Device bytes of one expert (the first).
+    pub fn expert_bytes(&self) -> usize {
+        match self {
+            Experts4::Fp4 { w, .. } => w.first().map_or(0, |(w, s)| w.len() + s.len()),
+            Experts4::Exl3 { w, .. } => w.first().map_or(0, GpuExl3::bytes),
+        }
+    }
+
+    /// `pairs` routed GEMVs, f32 `[pairs, n]`: pair p reads row p / topk of `x` when `per_token`, else row p.
+    pub fn routed(
+        &self,
+        gpu: &'static Gpu,
+        ids: &Buf,
+        x: &Acts<'_>,
+        topk: usize,
+        per_token: bool,
+        pairs: usize,
+    ) -> Result<Buf, Error> {
+        match self {
+            Experts4::Fp4 { n, table, .. } => {
+                let mut y = gpu.pool().take(pairs * n * 4)?;
+                let acts = if per_token { RoutedActs::PerToken { topk } } else { RoutedActs::PerPair };
+                let (codes, scales) = x.fp8(gpu)?;
+                fp4_gemv_routed(gpu, table, ids, (codes, scales), acts, &mut y, pairs)?;
+                Ok(y)
+            }
+            Experts4::Exl3 { n, k, table, .. } => {
+                table.routed_bf16(gpu, ids, x.x, if per_token { topk } else { 0 }, pairs, (*k, *n))
+            }
+        }
     }
 }
 

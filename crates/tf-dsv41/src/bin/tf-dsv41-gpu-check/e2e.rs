@@ -6,8 +6,10 @@ use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
 use tf_dsv41::cuda::{GpuLane, GpuModel};
 use tf_dsv41::state::SeqState;
+use tf_dsv41::tiny::exl3::{Exl3Mode, convert};
 use tf_dsv41::tiny::{TinyKind, write_checkpoint};
 use tf_dsv41::{Model, Options};
+use tf_exl3::Codebook;
 
 /// Greedy steps compared per prompt (the gate).
 pub(crate) const STEPS: usize = 64;
@@ -131,8 +133,20 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
     let dir = std::env::temp_dir().join(format!("tf-dsv41-e2e-{}-{}", kind.name(), std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     write_checkpoint(kind, 0, &dir).map_err(err)?;
-    let result = gates(gpu, rng, report, kind, &dir);
+    let result = gates(gpu, rng, report, kind, &dir, &[(true, false), (false, false), (false, true)]);
     let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// The same gates on the kind converted to EXL3 (random MUL1 streams, K 2..5 by tensor): CPU exact, GPU's tensor-core kernels.
+pub fn check_exl3(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
+    let base = std::env::temp_dir().join(format!("tf-dsv41-e2e-exl3-{}-{}", kind.name(), std::process::id()));
+    let (src, dst) = (base.join("src"), base.join("exl3"));
+    let _ = std::fs::remove_dir_all(&base);
+    write_checkpoint(kind, 0, &src).map_err(err)?;
+    convert(&src, &dst, Codebook::Mul1, Exl3Mode::Random, 7).map_err(err)?;
+    let result = gates(gpu, rng, report, kind, &dst, &[(true, false), (false, false)]);
+    let _ = std::fs::remove_dir_all(&base);
     result
 }
 
@@ -142,14 +156,16 @@ fn gates(
     report: &mut Report,
     kind: TinyKind,
     dir: &std::path::Path,
+    combos: &[(bool, bool)],
 ) -> Result<(), Error> {
-    for (replay, wide_sums) in [(true, false), (false, false), (false, true)] {
+    let exl3 = if dir.ends_with("exl3") { " exl3" } else { "" };
+    for &(replay, wide_sums) in combos {
         let opts = Options { replay, wide_sums, ..Options::default() };
         let cpu = Model::load(dir, opts).map_err(err)?;
         let mut gm = GpuModel::load(dir, opts, gpu).map_err(err)?;
         let vocab = cpu.cfg.vocab_size;
         let wide = if wide_sums { ", wide sums" } else { "" };
-        let name = format!("{} replay {}{wide}", kind.name(), if replay { "on" } else { "off" });
+        let name = format!("{}{exl3} replay {}{wide}", kind.name(), if replay { "on" } else { "off" });
         let (mut solo, mut all) = (Vec::new(), Vec::new());
         for n in LENGTHS {
             let p = prompt(rng, n, vocab);
@@ -169,7 +185,7 @@ fn gates(
                 ),
                 pass,
             );
-            report.push("e2e", json!({"model": kind.name(), "replay": replay, "wide_sums": wide_sums, "prompt": n, "pass": pass, "diffs": diffs, "bit_identical": exact, "gpu_s": gpu_s}));
+            report.push("e2e", json!({"model": format!("{}{exl3}", kind.name()), "replay": replay, "wide_sums": wide_sums, "prompt": n, "pass": pass, "diffs": diffs, "bit_identical": exact, "gpu_s": gpu_s}));
             all.extend(diffs);
             solo.push((p, g));
         }

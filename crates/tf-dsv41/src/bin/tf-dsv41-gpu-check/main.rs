@@ -51,6 +51,9 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
     for kind in [TinyKind::Tiny, TinyKind::Small] {
         run_one(&format!("e2e {}", kind.name()), &mut |r| e2e::check(gpu, rng, r, kind));
     }
+    for kind in [TinyKind::Tiny, TinyKind::Small] {
+        run_one(&format!("exl3 e2e {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind));
+    }
     run_one("probe", &mut |r| probe::check(gpu, rng, r));
     run_one("prompt lengths", &mut |r| lengths::check(gpu, rng, r));
 }
