@@ -1,4 +1,4 @@
-//! cuBLASLt on the GPU's stream: the bench's FP8 matrix-rate ceiling, and the handle a tensor-core prompt path would use.
+//! cuBLASLt on the GPU's stream: the benches' FP8 and bf16 matrix-rate ceilings, and the tensor-core GEMMs prompt paths use.
 
 use crate::error::{DriverResultExt, Error};
 use crate::gpu::Gpu;
@@ -24,7 +24,29 @@ pub struct Blas<'g> {
     gpu: &'g Gpu,
     handle: sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
-    plans: HashMap<(usize, usize, usize), Plan>,
+    plans: HashMap<(Gemm, usize, usize, usize), Plan>,
+}
+
+/// Operand and output types of a TN matmul (f32 accumulation on tensor cores in every case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Gemm {
+    /// E4M3 codes in, bf16 out.
+    Fp8Bf16,
+    /// fp16 in, f32 out.
+    F16F32,
+    /// bf16 in, bf16 out (the bf16 matrix rate).
+    Bf16,
+}
+
+impl Gemm {
+    /// (operand type, bytes per operand element, output type, bytes per output element).
+    fn types(self) -> (cudaDataType, usize, cudaDataType, usize) {
+        match self {
+            Gemm::Fp8Bf16 => (cudaDataType::CUDA_R_8F_E4M3, 1, cudaDataType::CUDA_R_16BF, 2),
+            Gemm::F16F32 => (cudaDataType::CUDA_R_16F, 2, cudaDataType::CUDA_R_32F, 4),
+            Gemm::Bf16 => (cudaDataType::CUDA_R_16BF, 2, cudaDataType::CUDA_R_16BF, 2),
+        }
+    }
 }
 
 impl Drop for Blas<'_> {
@@ -85,24 +107,37 @@ impl<'g> Blas<'g> {
         a: &CudaSlice<u8>,
         b: &CudaSlice<u8>,
         d: &mut CudaSlice<u8>,
+        dims: (usize, usize, usize),
+    ) -> Result<(), Error> {
+        self.gemm(Gemm::Fp8Bf16, a, b, d, dims)
+    }
+
+    /// d `[m, n]` = a `[m, k]` · bᵀ (b `[n, k]`), all row-major in `kind`'s types, f32 accumulation on tensor cores.
+    pub fn gemm(
+        &mut self,
+        kind: Gemm,
+        a: &CudaSlice<u8>,
+        b: &CudaSlice<u8>,
+        d: &mut CudaSlice<u8>,
         (m, n, k): (usize, usize, usize),
     ) -> Result<(), Error> {
         if m == 0 || n == 0 || k == 0 || !k.is_multiple_of(16) {
-            let what = format!("fp8 gemm {m}×{n}×{k}: every size positive and k a multiple of 16");
+            let what = format!("{kind:?} gemm {m}×{n}×{k}: every size positive and k a multiple of 16");
             return Err(Error::Launch { op: "cublasLt", what });
         }
+        let (_, ab, _, db) = kind.types();
         let short = |what: &str, len: usize, need: usize| {
             (len < need)
                 .then(|| Error::Launch { op: "cublasLt", what: format!("{what} holds {len} bytes, needs {need}") })
         };
-        let errs = [short("a", a.len(), m * k), short("b", b.len(), n * k), short("d", d.len(), m * n * 2)];
+        let errs = [short("a", a.len(), m * k * ab), short("b", b.len(), n * k * ab), short("d", d.len(), m * n * db)];
         if let Some(e) = errs.into_iter().flatten().next() {
             return Err(e);
         }
-        // Row-major D = A·Bᵀ is column-major Dᵀ = (B as k×n)ᵀ · (A as k×m): cuBLASLt's FP8 "TN" form.
-        let plan = match self.plans.entry((m, n, k)) {
+        // Row-major D = A·Bᵀ is column-major Dᵀ = (B as k×n)ᵀ · (A as k×m): cuBLASLt's "TN" form (the one FP8 requires).
+        let plan = match self.plans.entry((kind, m, n, k)) {
             Entry::Occupied(p) => p.into_mut(),
-            Entry::Vacant(v) => v.insert(plan(self.handle, (m, n, k))?),
+            Entry::Vacant(v) => v.insert(plan(self.handle, kind, (m, n, k))?),
         };
         let (alpha, beta) = (1.0f32, 0.0f32);
         let stream = self.gpu.stream();
@@ -132,12 +167,12 @@ impl<'g> Blas<'g> {
                 stream.cu_stream() as sys::cudaStream_t,
             )
         }
-        .map_err(|e| blas_err(&format!("fp8 gemm {m}×{n}×{k}"), e))
+        .map_err(|e| blas_err(&format!("{kind:?} gemm {m}×{n}×{k}"), e))
     }
 }
 
-/// The descriptors of an FP8 TN matmul of this shape and cuBLASLt's first algorithm for it.
-fn plan(handle: sys::cublasLtHandle_t, (m, n, k): (usize, usize, usize)) -> Result<Plan, Error> {
+/// The descriptors of a TN matmul of this kind and shape and cuBLASLt's first algorithm for it.
+fn plan(handle: sys::cublasLtHandle_t, kind: Gemm, (m, n, k): (usize, usize, usize)) -> Result<Plan, Error> {
     let e = |what: &'static str| move |err| blas_err(what, err);
     let desc = lt::create_matmul_desc(cublasComputeType_t::CUBLAS_COMPUTE_32F, cudaDataType::CUDA_R_32F)
         .map_err(e("creating a matmul descriptor"))?;
@@ -163,8 +198,8 @@ fn plan(handle: sys::cublasLtHandle_t, (m, n, k): (usize, usize, usize)) -> Resu
         )
         .map_err(e("sizing the workspace"))?;
     }
-    let fp8 = cudaDataType::CUDA_R_8F_E4M3;
-    for (ty, rows, cols, ld) in [(fp8, k, n, k), (fp8, k, m, k), (cudaDataType::CUDA_R_16BF, n, m, n)] {
+    let (op, _, out, _) = kind.types();
+    for (ty, rows, cols, ld) in [(op, k, n, k), (op, k, m, k), (out, n, m, n)] {
         let layout =
             lt::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64).map_err(e("creating a layout"))?;
         plan.layouts.push(layout);
@@ -172,26 +207,36 @@ fn plan(handle: sys::cublasLtHandle_t, (m, n, k): (usize, usize, usize)) -> Resu
     let l = &plan.layouts;
     // SAFETY: every descriptor is live for the call.
     let heuristic = unsafe { lt::get_matmul_algo_heuristic(handle, desc, l[0], l[1], l[2], l[2], pref) }
-        .map_err(|err| blas_err(&format!("no FP8 algorithm for {m}×{n}×{k}"), err))?;
+        .map_err(|err| blas_err(&format!("no {kind:?} algorithm for {m}×{n}×{k}"), err))?;
     plan.algo = Some(heuristic.algo);
     Ok(plan)
 }
 
 /// TFLOP/s of FP8 GEMMs on this GPU (the best of `shapes`, `reps` timed calls each after warm ones): the prompt path's ceiling.
 pub fn fp8_rate(gpu: &Gpu, shapes: &[(usize, usize, usize)], reps: usize) -> Result<f64, Error> {
+    rate(gpu, Gemm::Fp8Bf16, shapes, reps)
+}
+
+/// TFLOP/s of `kind` GEMMs on this GPU: the best of `shapes`, `reps` timed calls each after three warm ones.
+pub fn rate(gpu: &Gpu, kind: Gemm, shapes: &[(usize, usize, usize)], reps: usize) -> Result<f64, Error> {
     let mut blas = Blas::new(gpu)?;
+    let (_, ab, _, db) = kind.types();
     let mut best = 0.0f64;
     for &(m, n, k) in shapes {
-        // Random codes, not zeros: tensor-core power (and so clocks) depends on the data.
+        // Random bytes, not zeros: tensor-core power (and so clocks) depends on the data; 0xBF keeps FP8 codes and 16-bit halves finite.
         let mut rng = tf_core::rng::SplitMix64::new(0xF8);
-        let mut codes = |len: usize| (0..len).map(|_| (rng.next_u64() as u8) & 0xBF).collect::<Vec<u8>>();
-        let (a, b) = (gpu.upload(&codes(m * k))?, gpu.upload(&codes(n * k))?);
-        let mut d = gpu.pool().take(m * n * 2)?;
+        let mut bytes = |len: usize| {
+            (0..len)
+                .map(|i| (rng.next_u64() as u8) & if ab == 1 || i % 2 == 1 { 0xBF } else { 0xFF })
+                .collect::<Vec<u8>>()
+        };
+        let (a, b) = (gpu.upload(&bytes(m * k * ab))?, gpu.upload(&bytes(n * k * ab))?);
+        let mut d = gpu.pool().take(m * n * db)?;
         let (a, b, d) = (a.dev(), b.dev(), d.dev_mut());
         for _ in 0..3 {
-            blas.fp8_gemm_bf16(a, b, d, (m, n, k))?;
+            blas.gemm(kind, a, b, d, (m, n, k))?;
         }
-        let ms = gpu.time_ms(|_| (0..reps).try_for_each(|_| blas.fp8_gemm_bf16(a, b, d, (m, n, k))))?;
+        let ms = gpu.time_ms(|_| (0..reps).try_for_each(|_| blas.gemm(kind, a, b, d, (m, n, k))))?;
         best = best.max(2.0 * (m * n * k) as f64 * reps as f64 / (f64::from(ms) * 1e-3) / 1e12);
     }
     Ok(best)

@@ -74,23 +74,36 @@ __device__ __forceinline__ void fwht128(float* v) {
 }
 }  // namespace
 
-// Grid (in_p/16, out_p/16), 256 threads: q fp16 bits [in_p][out_p] = each tile's states through codebook cb.
-extern "C" __global__ void exl3_decode_q(const u16* __restrict__ trellis, u16* __restrict__ q, int out_p, int k, int cb) {
+// Grid (in_p/16, out_p/16), 256 threads: q fp16 bits [in_p][out_p] (or [out_p][in_p] when transposed) = each tile's states through codebook cb.
+extern "C" __global__ void exl3_decode_q(const u16* __restrict__ trellis, u16* __restrict__ q, int out_p, int k, int cb, int transposed) {
     const int tr = blockIdx.x, tc = blockIdx.y, tn = gridDim.y, p = threadIdx.x;
     const int cell = tile_cell(p);
     int shift;
     const u32 st = window_state(window_words(record(trellis, tr, tc, tn, k), k, p, shift), shift);
-    q[(size_t)(tr * 16 + cell / 16) * out_p + tc * 16 + cell % 16] = decode_state(st, cb);
+    const size_t row = tr * 16 + cell / 16, col = tc * 16 + cell % 16;
+    q[transposed ? col * (gridDim.x * 16) + row : row * out_p + col] = decode_state(st, cb);
 }
 
-// Grid (rows, n/128), 128 threads: y = fwht_blocks(x ⊙ s) per 128-block (s fp16, one per column; the input side).
-extern "C" __global__ void exl3_had_in(const float* __restrict__ x, const u16* __restrict__ s, float* __restrict__ y, int n) {
+// One 128-block of fwht_blocks(x ⊙ s) for block (blockIdx.x, blockIdx.y) of rows of n; thread t returns value t.
+__device__ __forceinline__ float had_in_value(const float* __restrict__ x, const u16* __restrict__ s, int n) {
     __shared__ float v[HAD];
     const size_t at = (size_t)blockIdx.x * n + blockIdx.y * HAD + threadIdx.x;
     v[threadIdx.x] = __fmul_rn(x[at], f16(s[blockIdx.y * HAD + threadIdx.x]));
     __syncthreads();
     fwht128(v);
-    y[at] = v[threadIdx.x];
+    return v[threadIdx.x];
+}
+
+// Grid (rows, n/128), 128 threads: y = fwht_blocks(x ⊙ s) per 128-block (s fp16, one per column; the input side).
+extern "C" __global__ void exl3_had_in(const float* __restrict__ x, const u16* __restrict__ s, float* __restrict__ y, int n) {
+    const float v = had_in_value(x, s, n);
+    y[(size_t)blockIdx.x * n + blockIdx.y * HAD + threadIdx.x] = v;
+}
+
+// exl3_had_in rounded to fp16: the prompt GEMM's operand.
+extern "C" __global__ void exl3_had_in_h(const float* __restrict__ x, const u16* __restrict__ s, u16* __restrict__ y, int n) {
+    const float v = had_in_value(x, s, n);
+    y[(size_t)blockIdx.x * n + blockIdx.y * HAD + threadIdx.x] = to_f16(v);
 }
 
 // Grid (rows, n/128), 128 threads: y = fwht_blocks(x) ⊙ s (+ bias) per 128-block (the output side).

@@ -6,6 +6,7 @@ use crate::exl3_mma::{
     EXL3_MMA_ROWS, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, rows_in, rows_out,
 };
 use cudarc::driver::PushKernelArg;
+use tf_cuda::blas::{Blas, Gemm};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu, PoolBuf, grid};
 
@@ -57,13 +58,19 @@ impl<'g> GpuExl3<'g> {
 
     /// `Q` as fp16 bits `[in_p][out_p]` into `q`, bit for bit `Exl3Weight::decode_q`.
     pub fn decode_q(&self, gpu: &Gpu, q: &mut PoolBuf<'_>) -> Result<(), Error> {
+        self.decode(gpu, q, false)
+    }
+
+    /// `Q` (or `Qᵀ`, `[out_p][in_p]`, when `transposed`) as fp16 bits into `q`.
+    fn decode(&self, gpu: &Gpu, q: &mut PoolBuf<'_>, transposed: bool) -> Result<(), Error> {
         const OP: &str = "exl3_decode_q";
         check_len(OP, "q", q, bytes(OP, bytes(OP, self.in_p, self.out_p)?, 2)?)?;
         let f = gpu.function(&EXL3.spec(&[]), OP)?;
         let (out_i, k_i) = (as_i32(OP, "out", self.out_p)?, as_i32(OP, "k", self.k)?);
         let mut launch = gpu.stream().launch_builder(&f);
-        launch.arg(self.trellis.dev()).arg(q.dev_mut()).arg(&out_i).arg(&k_i).arg(&self.codebook);
-        // SAFETY: arguments match `exl3_decode_q(const u16*, u16*, int, int, int)`; the grid covers the trellis's tiles, q checked above.
+        let t = i32::from(transposed);
+        launch.arg(self.trellis.dev()).arg(q.dev_mut()).arg(&out_i).arg(&k_i).arg(&self.codebook).arg(&t);
+        // SAFETY: arguments match `exl3_decode_q(const u16*, u16*, int, int, int, int)`; the grid covers the tiles, q checked above.
         unsafe { launch.launch(grid((self.in_p / 16, self.out_p / 16), 256, 0)) }
             .doing(|| format!("launching {OP} on {}×{} K={}", self.in_p, self.out_p, self.k))?;
         Ok(())
@@ -109,15 +116,55 @@ impl<'g> GpuExl3<'g> {
             unsafe { launch.launch(grid((self.out_p / 16, 1), 256, 0)) }
                 .doing(|| format!("launching exl3_gemv_seq on {n} rows × {}×{}", self.in_p, self.out_p))?;
         }
+        self.had_out(gpu, &yq, &mut y, rows)?;
+        Ok(y)
+    }
+
+    /// y = fwht_blocks(yq) ⊙ svh (+ bias) for `rows` f32 rows of `out_p`.
+    fn had_out(&self, gpu: &Gpu, yq: &PoolBuf<'_>, y: &mut PoolBuf<'_>, rows: usize) -> Result<(), Error> {
+        let out_i = as_i32("exl3_had_out", "out", self.out_p)?;
         let had_out = gpu.function(&EXL3.spec(&[]), "exl3_had_out")?;
         let has_bias = i32::from(self.bias.is_some());
         let mut launch = gpu.stream().launch_builder(&had_out);
         // Without a bias the kernel never reads it; svh stands in as a valid pointer.
         let bias = self.bias.as_ref().unwrap_or(&self.svh);
         launch.arg(yq.dev()).arg(self.svh.dev()).arg(bias.dev()).arg(y.dev_mut()).arg(&out_i).arg(&has_bias);
-        // SAFETY: arguments match `exl3_had_out(const float*, const u16*, const float*, float*, int, int)`; sizes from this call.
+        // SAFETY: arguments match `exl3_had_out(const float*, const u16*, const float*, float*, int, int)`; callers size both rows.
         unsafe { launch.launch(grid((rows, self.out_p / HAD), HAD as u32, 0)) }
             .doing(|| format!("launching exl3_had_out on {rows} rows"))?;
+        Ok(())
+    }
+
+    /// `y = x·W (+ bias)` for prompt rows: `Qᵀ` decoded to fp16, x rotated to fp16, cuBLASLt's fp16 GEMM (f32 sums), Hadamard out.
+    pub fn forward_gemm(
+        &self,
+        gpu: &'g Gpu,
+        blas: &mut Blas<'_>,
+        x: &PoolBuf<'_>,
+        rows: usize,
+    ) -> Result<PoolBuf<'g>, Error> {
+        const OP: &str = "exl3 forward_gemm";
+        check_len(OP, "x", x, bytes(OP, bytes(OP, rows, self.in_p)?, 4)?)?;
+        let mut y = gpu.pool().take(bytes(OP, bytes(OP, rows, self.out_p)?, 4)?.max(4))?;
+        if rows == 0 {
+            return Ok(y);
+        }
+        if rows > 65535 {
+            return Err(Error::Launch { op: OP, what: format!("{rows} rows exceed one launch's grid") });
+        }
+        let mut qt = gpu.pool().take(self.in_p * self.out_p * 2)?;
+        self.decode(gpu, &mut qt, true)?;
+        let mut xh = gpu.pool().take(rows * self.in_p * 2)?;
+        let f = gpu.function(&EXL3.spec(&[]), "exl3_had_in_h")?;
+        let in_i = as_i32(OP, "in", self.in_p)?;
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(x.dev()).arg(self.suh.dev()).arg(xh.dev_mut()).arg(&in_i);
+        // SAFETY: arguments match `exl3_had_in_h(const float*, const u16*, u16*, int)`; x checked, xh sized here.
+        unsafe { launch.launch(grid((rows, self.in_p / HAD), HAD as u32, 0)) }
+            .doing(|| format!("launching exl3_had_in_h on {rows} rows"))?;
+        let mut yq = gpu.pool().take(rows * self.out_p * 4)?;
+        blas.gemm(Gemm::F16F32, xh.dev(), qt.dev(), yq.dev_mut(), (rows, self.out_p, self.in_p))?;
+        self.had_out(gpu, &yq, &mut y, rows)?;
         Ok(y)
     }
 

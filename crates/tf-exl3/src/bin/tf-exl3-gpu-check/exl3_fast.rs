@@ -16,8 +16,8 @@ use tf_exl3::{Codebook, Exl3Weight};
 /// Declared before measuring: per column c before Hadamard out, |Δ| ≤ 2^-16 · Σ_i |xh_i·q_ic| (x as fp16 hi + lo is ~22 bits, f32 sums).
 const REL: f64 = 1.0 / 65536.0;
 
-/// Per output, the declared bound: REL times the column bounds of its 128-block through Hadamard out, plus f32 rounding of y.
-fn bound(w: &Exl3Weight, q: &[f32], x: &[f32], want: &[f32]) -> Vec<f64> {
+/// Per output, the declared bound: `rel` times the column bounds of its 128-block through Hadamard out, plus f32 rounding of y.
+pub fn bound(w: &Exl3Weight, q: &[f32], x: &[f32], want: &[f32], rel: f64) -> Vec<f64> {
     let (n, m) = (w.in_p, w.out_p);
     let mut tol = Vec::with_capacity(want.len());
     for (xr, yr) in x.chunks_exact(n).zip(want.chunks_exact(m)) {
@@ -30,7 +30,7 @@ fn bound(w: &Exl3Weight, q: &[f32], x: &[f32], want: &[f32]) -> Vec<f64> {
         for (j, y) in yr.iter().enumerate() {
             let block: f64 = col[j / HAD * HAD..(j / HAD + 1) * HAD].iter().sum();
             let svh = f64::from(f16_bits_to_f32(w.svh[j]).abs());
-            tol.push(svh * REL * block / (HAD as f64).sqrt() + f64::from(y.abs()) * 1e-6);
+            tol.push(svh * rel * block / (HAD as f64).sqrt() + f64::from(y.abs()) * 1e-6);
         }
     }
     tol
@@ -56,7 +56,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
             let want = w.forward_q(&qf, &x, rows);
             let xd = gpu.upload(&x)?;
             let y: Vec<f32> = gpu.download(&g.forward(gpu, &xd, rows)?)?;
-            let tol = bound(&w, &qf, &x, &want);
+            let tol = bound(&w, &qf, &x, &want, REL);
             let over = y.iter().zip(&want).zip(&tol).filter(|((a, b), t)| f64::from((*a - *b).abs()) > **t).count();
             let worst =
                 y.iter().zip(&want).zip(&tol).map(|((a, b), t)| f64::from((a - b).abs()) / t).fold(0.0, f64::max);

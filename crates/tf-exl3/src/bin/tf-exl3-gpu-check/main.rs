@@ -2,6 +2,7 @@
 
 mod exl3;
 mod exl3_fast;
+mod exl3_gemm;
 
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
@@ -352,6 +353,7 @@ fn main() -> ExitCode {
             section(&mut report, "timing", |r| check_timing(&gpu, rng, r, copy));
             section(&mut report, "exl3", |r| exl3::check(&gpu, rng, r, copy));
             section(&mut report, "exl3 fast", |r| exl3_fast::check(&gpu, rng, r, copy));
+            section(&mut report, "exl3 gemm", |r| exl3_gemm::check(&gpu, rng, r));
         }
     }
     // The JSON first, so the table is the last thing printed.
