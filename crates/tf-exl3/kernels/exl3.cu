@@ -301,12 +301,7 @@ extern "C" __global__ void __launch_bounds__(256) exl3_gemv_mma(
     u16* suh_s = reinterpret_cast<u16*>(smem + tile_bytes + rows * kr * 64 + kr * rg * 512);
     u16* svh_s = suh_s + kr * 16;
     float* bias_s = reinterpret_cast<float*>(svh_s + HAD);
-    // Stream this block's records (8 adjacent tiles per k-tile row), x columns and scales into shared memory.
-    const int rec_chunks = MMA_WARPS * WORDS / 4;
-    for (int i = t; i < kn * rec_chunks; i += blockDim.x) {
-        const int kk = i / rec_chunks, c = i % rec_chunks;
-        cp16(tiles + kk * MMA_WARPS * WORDS + c * 4, wt.trellis + ((size_t)(k0 + kk) * tn + cg * MMA_WARPS) * 16 * K + c * 8);
-    }
+    // x and scales first (group 0), then the records in two halves (1, 2): the Hadamard and first half overlap the loads behind.
     for (int i = t; i < rows * n / 4; i += blockDim.x) {
         const int r = i / (n / 4), c = i % (n / 4);
         cp16(xs + r * n + c * 4, x + (size_t)r * in_p + k0 * 16 + c * 4);
@@ -315,7 +310,15 @@ extern "C" __global__ void __launch_bounds__(256) exl3_gemv_mma(
     if (t < HAD / 8) cp16(svh_s + t * 8, wt.svh + cg * HAD + t * 8);
     if (wt.bias && t < HAD / 4) cp16(bias_s + t * 4, wt.bias + cg * HAD + t * 4);
     asm volatile("cp.async.commit_group;");
-    asm volatile("cp.async.wait_group 0;");
+    const int rec_chunks = MMA_WARPS * WORDS / 4, mid = kn / 2;
+    for (int h = 0; h < 2; ++h) {
+        for (int i = t + (h ? mid : 0) * rec_chunks; i < (h ? kn : mid) * rec_chunks; i += blockDim.x) {
+            const int kk = i / rec_chunks, c = i % rec_chunks;
+            cp16(tiles + kk * MMA_WARPS * WORDS + c * 4, wt.trellis + ((size_t)(k0 + kk) * tn + cg * MMA_WARPS) * 16 * K + c * 8);
+        }
+        asm volatile("cp.async.commit_group;");
+    }
+    asm volatile("cp.async.wait_group 2;");
     __syncthreads();
     for (int i = t; i < rows * n; i += blockDim.x) xs[i] = __fmul_rn(xs[i], f16(suh_s[i % n]));
     __syncthreads();
@@ -339,15 +342,20 @@ extern "C" __global__ void __launch_bounds__(256) exl3_gemv_mma(
     __syncthreads();
     const Lane ln = lane_window(lane);
     float acc[MMA_MAX_RG][2][4] = {};
-    for (int kk = 0; kk < kn; ++kk) {
-        u32 b[4];
-        lane_frag(tiles + (kk * MMA_WARPS + w) * WORDS, ln, b);
+    for (int h = 0; h < 2; ++h) {
+        if (h == 0) asm volatile("cp.async.wait_group 1;");
+        else asm volatile("cp.async.wait_group 0;");
+        __syncthreads();
+        for (int kk = h ? mid : 0; kk < (h ? kn : mid); ++kk) {
+            u32 b[4];
+            lane_frag(tiles + (kk * MMA_WARPS + w) * WORDS, ln, b);
 #pragma unroll
-        for (int q = 0; q < MMA_MAX_RG; ++q) {
-            if (q < rg) {
-                const uint4 a = xf[(kk * rg + q) * 32 + lane];
-                mma16816(acc[q][0], a, b[0], b[1]);
-                mma16816(acc[q][1], a, b[2], b[3]);
+            for (int q = 0; q < MMA_MAX_RG; ++q) {
+                if (q < rg) {
+                    const uint4 a = xf[(kk * rg + q) * 32 + lane];
+                    mma16816(acc[q][0], a, b[0], b[1]);
+                    mma16816(acc[q][1], a, b[2], b[3]);
+                }
             }
         }
     }

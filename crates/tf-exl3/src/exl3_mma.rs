@@ -288,3 +288,23 @@ pub fn rows_out<'g>(gpu: &'g Gpu, y: PoolBuf<'g>, rows: usize, n: usize, n_p: us
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_split_whole_hadamard_blocks_and_cover_the_input() {
+        for (in_p, out_p) in [(5120, 2304), (2304, 5120), (256, 384), (128, 128), (7168, 128), (128, 65536)] {
+            let p = MmaPlan::new(in_p, out_p);
+            assert!(p.kr > 0 && p.kr % (HAD / 16) == 0, "{in_p}×{out_p}: kr {} is not whole 128-blocks", p.kr);
+            let tiles = in_p / 16;
+            assert!(
+                p.splits * p.kr >= tiles && (p.splits - 1) * p.kr < tiles,
+                "{in_p}×{out_p}: {p:?} leaves a split empty"
+            );
+            assert!(p.smem_bytes(8, EXL3_MMA_ROWS) <= 227 << 10, "{in_p}×{out_p}: {p:?} needs too much shared memory");
+        }
+        assert_eq!(MmaPlan::new(5120, 2304), MmaPlan { kr: 24, splits: 14 });
+    }
+}
