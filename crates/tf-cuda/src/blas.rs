@@ -32,7 +32,7 @@ pub struct Blas<'g> {
 pub enum Gemm {
     /// E4M3 codes in, bf16 out.
     Fp8Bf16,
-    /// fp16 in, f32 out.
+    /// fp16 in, f32 out, with b stored `[k, n]` (not transposed): d = a · b.
     F16F32,
     /// bf16 in, bf16 out (the bf16 matrix rate).
     Bf16,
@@ -46,6 +46,11 @@ impl Gemm {
             Gemm::F16F32 => (cudaDataType::CUDA_R_16F, 2, cudaDataType::CUDA_R_32F, 4),
             Gemm::Bf16 => (cudaDataType::CUDA_R_16BF, 2, cudaDataType::CUDA_R_16BF, 2),
         }
+    }
+
+    /// Whether b is stored `[n, k]` (the TN form: d = a · bᵀ) rather than `[k, n]`.
+    fn b_transposed(self) -> bool {
+        self != Gemm::F16F32
     }
 }
 
@@ -112,7 +117,7 @@ impl<'g> Blas<'g> {
         self.gemm(Gemm::Fp8Bf16, a, b, d, dims)
     }
 
-    /// d `[m, n]` = a `[m, k]` · bᵀ (b `[n, k]`), all row-major in `kind`'s types, f32 accumulation on tensor cores.
+    /// d `[m, n]` = a `[m, k]` · bᵀ (b `[n, k]`; `[k, n]` and no transpose for F16F32), row-major in `kind`'s types, f32 sums.
     pub fn gemm(
         &mut self,
         kind: Gemm,
@@ -185,7 +190,7 @@ fn plan(handle: sys::cublasLtHandle_t, kind: Gemm, (m, n, k): (usize, usize, usi
         }
     };
     let mut plan = Plan { desc, layouts: Vec::new(), pref, algo: None };
-    let (t, ws) = (1i32, WORKSPACE as u64);
+    let (t, ws) = (i32::from(kind.b_transposed()), WORKSPACE as u64);
     // SAFETY: attribute values are read during the calls from live locals of the sizes given.
     unsafe {
         lt::set_matmul_desc_attribute(desc, Desc::CUBLASLT_MATMUL_DESC_TRANSA, (&t as *const i32).cast(), 4)
@@ -199,7 +204,8 @@ fn plan(handle: sys::cublasLtHandle_t, kind: Gemm, (m, n, k): (usize, usize, usi
         .map_err(e("sizing the workspace"))?;
     }
     let (op, _, out, _) = kind.types();
-    for (ty, rows, cols, ld) in [(op, k, n, k), (op, k, m, k), (out, n, m, n)] {
+    let b = if kind.b_transposed() { (op, k, n, k) } else { (op, n, k, n) };
+    for (ty, rows, cols, ld) in [b, (op, k, m, k), (out, n, m, n)] {
         let layout =
             lt::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64).map_err(e("creating a layout"))?;
         plan.layouts.push(layout);

@@ -74,14 +74,13 @@ __device__ __forceinline__ void fwht128(float* v) {
 }
 }  // namespace
 
-// Grid (in_p/16, out_p/16), 256 threads: q fp16 bits [in_p][out_p] (or [out_p][in_p] when transposed) = each tile's states through codebook cb.
-extern "C" __global__ void exl3_decode_q(const u16* __restrict__ trellis, u16* __restrict__ q, int out_p, int k, int cb, int transposed) {
+// Grid (in_p/16, out_p/16), 256 threads: q fp16 bits [in_p][out_p] = each tile's states through codebook cb.
+extern "C" __global__ void exl3_decode_q(const u16* __restrict__ trellis, u16* __restrict__ q, int out_p, int k, int cb) {
     const int tr = blockIdx.x, tc = blockIdx.y, tn = gridDim.y, p = threadIdx.x;
     const int cell = tile_cell(p);
     int shift;
     const u32 st = window_state(window_words(record(trellis, tr, tc, tn, k), k, p, shift), shift);
-    const size_t row = tr * 16 + cell / 16, col = tc * 16 + cell % 16;
-    q[transposed ? col * (gridDim.x * 16) + row : row * out_p + col] = decode_state(st, cb);
+    q[(size_t)(tr * 16 + cell / 16) * out_p + tc * 16 + cell % 16] = decode_state(st, cb);
 }
 
 // One 128-block of fwht_blocks(x ⊙ s) for block (blockIdx.x, blockIdx.y) of rows of n; thread t returns value t.
@@ -275,134 +274,186 @@ struct Exl3Dev {
     int pad;
 };
 
-// Grid (out_p/128, splits, jobs), 256 threads: job z's y = x·table[ids[z]] (+ bias); docs/exl3.md § fast path gives the contract.
-extern "C" __global__ void __launch_bounds__(256) exl3_gemv_mma(
+// One work item of exl3_gemv_mma: job z's split s of column group cg, with its table row (run false: id invalid or another K).
+struct Item {
+    int cg, s, z;
+    bool valid, run;
+    Exl3Dev wt;
+};
+
+// Per-buffer shared memory layout (MmaPlan::smem_bytes): records (or finishing rows) | x rows | suh | svh | bias.
+struct Buf {
+    u32* tiles;
+    float* xs;
+    u16* suh;
+    u16* svh;
+    float* bias;
+};
+
+__device__ __forceinline__ Buf buf_at(unsigned char* base, int kr, int rows) {
+    const int tile_bytes = max(kr * MMA_WARPS * 8 * EXL3_K * 4, rows * HAD * 4);
+    Buf b;
+    b.tiles = reinterpret_cast<u32*>(base);
+    b.xs = reinterpret_cast<float*>(base + tile_bytes);
+    b.suh = reinterpret_cast<u16*>(base + tile_bytes + rows * kr * 64);
+    b.svh = b.suh + kr * 16;
+    b.bias = reinterpret_cast<float*>(b.svh + HAD);
+    return b;
+}
+
+__device__ __forceinline__ int buf_bytes(int kr, int rows) {
+    return max(kr * MMA_WARPS * 8 * EXL3_K * 4, rows * HAD * 4) + rows * kr * 64 + kr * 32 + HAD * 2 + HAD * 4;
+}
+
+// Grid (any), 256 threads: persistent blocks walk the items, loading the next while computing this one; docs/exl3.md § fast path.
+extern "C" __global__ void __launch_bounds__(256, 3) exl3_gemv_mma(
     const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids, int experts, int topk,
-    float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int in_p, int out_p, int kr) {
+    float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int in_p, int out_p, int kr, int splits,
+    int jobs) {
     constexpr int K = EXL3_K, WORDS = 8 * K;
     extern __shared__ __align__(16) unsigned char smem[];
-    const int cg = blockIdx.x, s = blockIdx.y, splits = gridDim.y, z = blockIdx.z, t = threadIdx.x, lane = t & 31, w = t >> 5;
-    const int tn = out_p / 16, k0 = s * kr, kn = min(kr, in_p / 16 - k0), n = kn * 16, rg = (rows + 7) / 8;
-    y += (size_t)z * rows * out_p;
-    const int e = ids ? ids[z] : 0;
-    if (e < 0 || e >= experts) {
-        for (int i = t; s == 0 && i < rows * HAD; i += blockDim.x) y[(size_t)(i / HAD) * out_p + cg * HAD + i % HAD] = __int_as_float(0x7fc00000);
-        return;
-    }
-    const Exl3Dev wt = table[e];
-    if (wt.k != K) return;
-    x += (size_t)(ids && topk ? z / topk : z) * rows * in_p;
-    part += (size_t)z * splits * rows * out_p;
-    done += (size_t)z * gridDim.x;
-    u32* tiles = reinterpret_cast<u32*>(smem);
-    const int tile_bytes = max(kr * MMA_WARPS * WORDS * 4, rows * HAD * 4);
-    float* xs = reinterpret_cast<float*>(smem + tile_bytes);
-    uint4* xf = reinterpret_cast<uint4*>(smem + tile_bytes + rows * kr * 64);
-    u16* suh_s = reinterpret_cast<u16*>(smem + tile_bytes + rows * kr * 64 + kr * rg * 512);
-    u16* svh_s = suh_s + kr * 16;
-    float* bias_s = reinterpret_cast<float*>(svh_s + HAD);
-    // x and scales first (group 0), then the records in two halves (1, 2): the Hadamard and first half overlap the loads behind.
-    for (int i = t; i < rows * n / 4; i += blockDim.x) {
-        const int r = i / (n / 4), c = i % (n / 4);
-        cp16(xs + r * n + c * 4, x + (size_t)r * in_p + k0 * 16 + c * 4);
-    }
-    for (int i = t; i < n / 8; i += blockDim.x) cp16(suh_s + i * 8, wt.suh + k0 * 16 + i * 8);
-    if (t < HAD / 8) cp16(svh_s + t * 8, wt.svh + cg * HAD + t * 8);
-    if (wt.bias && t < HAD / 4) cp16(bias_s + t * 4, wt.bias + cg * HAD + t * 4);
-    asm volatile("cp.async.commit_group;");
-    const int rec_chunks = MMA_WARPS * WORDS / 4, mid = kn / 2;
-    for (int h = 0; h < 2; ++h) {
-        for (int i = t + (h ? mid : 0) * rec_chunks; i < (h ? kn : mid) * rec_chunks; i += blockDim.x) {
-            const int kk = i / rec_chunks, c = i % rec_chunks;
-            cp16(tiles + kk * MMA_WARPS * WORDS + c * 4, wt.trellis + ((size_t)(k0 + kk) * tn + cg * MMA_WARPS) * 16 * K + c * 8);
+    __shared__ int last;
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5, groups = out_p / HAD, tn = out_p / 16, rg = (rows + 7) / 8;
+    const int items = groups * splits * jobs, bb = buf_bytes(kr, rows);
+    uint4* xf = reinterpret_cast<uint4*>(smem + 2 * bb);
+    auto item_at = [&](int i) {
+        Item it;
+        it.cg = i % groups;
+        it.s = (i / groups) % splits;
+        it.z = i / (groups * splits);
+        const int e = ids ? ids[it.z] : 0;
+        it.valid = e >= 0 && e < experts;
+        if (it.valid) it.wt = table[e];
+        it.run = it.valid && it.wt.k == K;
+        return it;
+    };
+    // Starts copying item `it`'s x rows, scales and records into `b` as one cp.async group (empty when it does not run).
+    auto stage = [&](const Item& it, const Buf& b) {
+        if (it.run) {
+            const int k0 = it.s * kr, kn = min(kr, in_p / 16 - k0), n = kn * 16;
+            const float* xz = x + (size_t)(ids && topk ? it.z / topk : it.z) * rows * in_p;
+            for (int i = t; i < rows * n / 4; i += blockDim.x) {
+                const int r = i / (n / 4), c = i % (n / 4);
+                cp16(b.xs + r * n + c * 4, xz + (size_t)r * in_p + k0 * 16 + c * 4);
+            }
+            for (int i = t; i < n / 8; i += blockDim.x) cp16(b.suh + i * 8, it.wt.suh + k0 * 16 + i * 8);
+            if (t < HAD / 8) cp16(b.svh + t * 8, it.wt.svh + it.cg * HAD + t * 8);
+            if (it.wt.bias && t < HAD / 4) cp16(b.bias + t * 4, it.wt.bias + it.cg * HAD + t * 4);
+            const int rec_chunks = MMA_WARPS * WORDS / 4;
+            for (int i = t; i < kn * rec_chunks; i += blockDim.x) {
+                const int kk = i / rec_chunks, c = i % rec_chunks;
+                cp16(b.tiles + kk * MMA_WARPS * WORDS + c * 4,
+                     it.wt.trellis + ((size_t)(k0 + kk) * tn + it.cg * MMA_WARPS) * 16 * K + c * 8);
+            }
         }
         asm volatile("cp.async.commit_group;");
-    }
-    asm volatile("cp.async.wait_group 2;");
-    __syncthreads();
-    for (int i = t; i < rows * n; i += blockDim.x) xs[i] = __fmul_rn(xs[i], f16(suh_s[i % n]));
-    __syncthreads();
-    fwht_rows(xs, rows, n);
-    // A fragments: rows g of group q as fp16 hi (mma rows 0..7) and the remainder × 2^11 (rows 8..15).
-    for (int i = t; i < kn * rg * 32; i += blockDim.x) {
-        const int kk = i / (rg * 32), q = (i / 32) % rg, l = i % 32, r = q * 8 + l / 4, c = kk * 16 + 2 * (l % 4);
-        u32 v[4] = {0, 0, 0, 0};
-        if (r < rows) {
-            for (int e2 = 0; e2 < 4; ++e2) {
-                const float a = xs[r * n + c + (e2 & 1) + (e2 & 2) * 4];
-                const __half hi = __float2half_rn(a);
-                const __half lo = __float2half_rn(__fmul_rn(__fsub_rn(a, __half2float(hi)), 2048.0f));
-                const int reg = (e2 & 2);
-                v[reg] |= (u32)__half_as_ushort(hi) << (16 * (e2 & 1));
-                v[reg + 1] |= (u32)__half_as_ushort(lo) << (16 * (e2 & 1));
-            }
-        }
-        xf[(kk * rg + q) * 32 + l] = make_uint4(v[0], v[1], v[2], v[3]);
-    }
-    __syncthreads();
+    };
     const Lane ln = lane_window(lane);
-    float acc[MMA_MAX_RG][2][4] = {};
-    for (int h = 0; h < 2; ++h) {
-        if (h == 0) asm volatile("cp.async.wait_group 1;");
-        else asm volatile("cp.async.wait_group 0;");
+    Item cur = item_at(blockIdx.x);
+    if (blockIdx.x < items) stage(cur, buf_at(smem, kr, rows));
+    for (int i = blockIdx.x, parity = 0; i < items; i += gridDim.x, parity ^= 1) {
+        const Buf b = buf_at(smem + parity * bb, kr, rows);
+        const bool more = i + (int)gridDim.x < items;
+        Item next;
+        if (more) {
+            next = item_at(i + gridDim.x);
+            stage(next, buf_at(smem + (parity ^ 1) * bb, kr, rows));
+            asm volatile("cp.async.wait_group 1;");
+        } else {
+            asm volatile("cp.async.wait_group 0;");
+        }
         __syncthreads();
-        for (int kk = h ? mid : 0; kk < (h ? kn : mid); ++kk) {
-            u32 b[4];
-            lane_frag(tiles + (kk * MMA_WARPS + w) * WORDS, ln, b);
+        const int k0 = cur.s * kr, kn = min(kr, in_p / 16 - k0), n = kn * 16;
+        float* yz = y + (size_t)cur.z * rows * out_p;
+        if (!cur.valid) {
+            for (int j = t; cur.s == 0 && j < rows * HAD; j += blockDim.x)
+                yz[(size_t)(j / HAD) * out_p + cur.cg * HAD + j % HAD] = __int_as_float(0x7fc00000);
+        } else if (cur.run) {
+            for (int j = t; j < rows * n; j += blockDim.x) b.xs[j] = __fmul_rn(b.xs[j], f16(b.suh[j % n]));
+            __syncthreads();
+            fwht_rows(b.xs, rows, n);
+            // A fragments: rows g of group q as fp16 hi (mma rows 0..7) and the remainder × 2^11 (rows 8..15).
+            for (int j = t; j < kn * rg * 32; j += blockDim.x) {
+                const int kk = j / (rg * 32), q = (j / 32) % rg, l = j % 32, r = q * 8 + l / 4, c = kk * 16 + 2 * (l % 4);
+                u32 v[4] = {0, 0, 0, 0};
+                if (r < rows) {
+                    for (int e2 = 0; e2 < 4; ++e2) {
+                        const float a = b.xs[r * n + c + (e2 & 1) + (e2 & 2) * 4];
+                        const __half hi = __float2half_rn(a);
+                        const __half lo = __float2half_rn(__fmul_rn(__fsub_rn(a, __half2float(hi)), 2048.0f));
+                        const int reg = (e2 & 2);
+                        v[reg] |= (u32)__half_as_ushort(hi) << (16 * (e2 & 1));
+                        v[reg + 1] |= (u32)__half_as_ushort(lo) << (16 * (e2 & 1));
+                    }
+                }
+                xf[(kk * rg + q) * 32 + l] = make_uint4(v[0], v[1], v[2], v[3]);
+            }
+            __syncthreads();
+            float acc[MMA_MAX_RG][2][4] = {};
+#pragma unroll 2
+            for (int kk = 0; kk < kn; ++kk) {
+                u32 bf[4];
+                lane_frag(b.tiles + (kk * MMA_WARPS + w) * WORDS, ln, bf);
+#pragma unroll
+                for (int q = 0; q < MMA_MAX_RG; ++q) {
+                    if (q < rg) {
+                        const uint4 a = xf[(kk * rg + q) * 32 + lane];
+                        mma16816(acc[q][0], a, bf[0], bf[1]);
+                        mma16816(acc[q][1], a, bf[2], bf[3]);
+                    }
+                }
+            }
+            // Lane (g, t) holds rows g (hi) and g + 8 (lo) of columns 2t, 2t+1 of each 8-column half.
+            const int g = lane / 4, tq = lane % 4;
+            float* pz = part + (size_t)cur.z * splits * rows * out_p;
 #pragma unroll
             for (int q = 0; q < MMA_MAX_RG; ++q) {
-                if (q < rg) {
-                    const uint4 a = xf[(kk * rg + q) * 32 + lane];
-                    mma16816(acc[q][0], a, b[0], b[1]);
-                    mma16816(acc[q][1], a, b[2], b[3]);
+                const int r = q * 8 + g;
+                if (q < rg && r < rows) {
+                    for (int half = 0; half < 2; ++half) {
+                        for (int c = 0; c < 2; ++c) {
+                            const int col = cur.cg * HAD + w * 16 + half * 8 + 2 * tq + c;
+                            pz[((size_t)cur.s * rows + r) * out_p + col] = acc[q][half][c] + acc[q][half][2 + c] * (1.0f / 2048.0f);
+                        }
+                    }
                 }
             }
-        }
-    }
-    // Lane (g, t) holds rows g (hi) and g + 8 (lo) of columns 2t, 2t+1 of each 8-column half.
-    const int g = lane / 4, tq = lane % 4;
+            __threadfence();
+            __syncthreads();
+            u32* dz = done + (size_t)cur.z * groups + cur.cg;
+            if (t == 0) last = atomicAdd(dz, 1u) == (u32)splits - 1;
+            __syncthreads();
+            if (last) {
+                __threadfence();
+                float* ys = reinterpret_cast<float*>(b.tiles);
+                for (int j = t; j < rows * HAD; j += blockDim.x) {
+                    const float* src = pz + (size_t)(j / HAD) * out_p + cur.cg * HAD + j % HAD;
+                    const size_t stride = (size_t)rows * out_p;
+                    float v = 0.0f;
+                    // Eight loads in flight at a time; the adds stay in split order.
+                    for (int p0 = 0; p0 < splits; p0 += 8) {
+                        float u[8];
 #pragma unroll
-    for (int q = 0; q < MMA_MAX_RG; ++q) {
-        const int r = q * 8 + g;
-        if (q < rg && r < rows) {
-            for (int half = 0; half < 2; ++half) {
-                for (int c = 0; c < 2; ++c) {
-                    const int col = cg * HAD + w * 16 + half * 8 + 2 * tq + c;
-                    part[((size_t)s * rows + r) * out_p + col] = acc[q][half][c] + acc[q][half][2 + c] * (1.0f / 2048.0f);
+                        for (int q = 0; q < 8; ++q) u[q] = p0 + q < splits ? __ldcg(src + (p0 + q) * stride) : 0.0f;
+#pragma unroll
+                        for (int q = 0; q < 8; ++q) v = p0 + q < splits ? v + u[q] : v;
+                    }
+                    ys[j] = v;
                 }
+                __syncthreads();
+                fwht_rows(ys, rows, HAD);
+                for (int j = t; j < rows * HAD; j += blockDim.x) {
+                    float o = __fmul_rn(ys[j], f16(b.svh[j % HAD]));
+                    if (cur.wt.bias) o = __fadd_rn(o, b.bias[j % HAD]);
+                    yz[(size_t)(j / HAD) * out_p + cur.cg * HAD + j % HAD] = o;
+                }
+                if (t == 0) *dz = 0;
             }
         }
+        // Buffer b is refilled by the stage two items on; every thread must be done with it (and with xf) first.
+        __syncthreads();
+        cur = next;
     }
-    __threadfence();
-    __syncthreads();
-    __shared__ int last;
-    if (t == 0) last = atomicAdd(done + cg, 1u) == (u32)splits - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    float* ys = reinterpret_cast<float*>(smem);
-    for (int i = t; i < rows * HAD; i += blockDim.x) {
-        const float* src = part + (size_t)(i / HAD) * out_p + cg * HAD + i % HAD;
-        const size_t stride = (size_t)rows * out_p;
-        float v = 0.0f;
-        // Eight loads in flight at a time; the adds stay in split order.
-        for (int p0 = 0; p0 < splits; p0 += 8) {
-            float u[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) u[j] = p0 + j < splits ? __ldcg(src + (p0 + j) * stride) : 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) v = p0 + j < splits ? v + u[j] : v;
-        }
-        ys[i] = v;
-    }
-    __syncthreads();
-    fwht_rows(ys, rows, HAD);
-    for (int i = t; i < rows * HAD; i += blockDim.x) {
-        float o = __fmul_rn(ys[i], f16(svh_s[i % HAD]));
-        if (wt.bias) o = __fadd_rn(o, bias_s[i % HAD]);
-        y[(size_t)(i / HAD) * out_p + cg * HAD + i % HAD] = o;
-    }
-    if (t == 0) done[cg] = 0;
 }
 
 // Grid (rows), 256 threads: bf16 rows of k values to f32 rows of k_p (zeros past k), the padded input EXL3 linears take.

@@ -3,7 +3,7 @@
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
 use crate::exl3::{Exl3Weight, HAD};
 use crate::exl3_mma::{
-    EXL3_MMA_ROWS, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, rows_in, rows_out,
+    EXL3_MMA_ROWS, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, prepare, rows_in, rows_out,
 };
 use cudarc::driver::PushKernelArg;
 use tf_cuda::blas::{Blas, Gemm};
@@ -42,6 +42,7 @@ impl<'g> GpuExl3<'g> {
         let (trellis, suh, svh) = (gpu.upload_exact(&w.trellis)?, gpu.upload_exact(&w.suh)?, gpu.upload_exact(&w.svh)?);
         let bias = w.bias.as_ref().map(|b| gpu.upload_exact(b)).transpose()?;
         let table = gpu.upload_exact(&dev_row(gpu, (&trellis, &suh, &svh, bias.as_ref()), w.k))?;
+        prepare(gpu, w.k, w.codebook.index() as i32, (w.in_p, w.out_p))?;
         Ok(GpuExl3 {
             in_p: w.in_p,
             out_p: w.out_p,
@@ -58,19 +59,13 @@ impl<'g> GpuExl3<'g> {
 
     /// `Q` as fp16 bits `[in_p][out_p]` into `q`, bit for bit `Exl3Weight::decode_q`.
     pub fn decode_q(&self, gpu: &Gpu, q: &mut PoolBuf<'_>) -> Result<(), Error> {
-        self.decode(gpu, q, false)
-    }
-
-    /// `Q` (or `Qᵀ`, `[out_p][in_p]`, when `transposed`) as fp16 bits into `q`.
-    fn decode(&self, gpu: &Gpu, q: &mut PoolBuf<'_>, transposed: bool) -> Result<(), Error> {
         const OP: &str = "exl3_decode_q";
         check_len(OP, "q", q, bytes(OP, bytes(OP, self.in_p, self.out_p)?, 2)?)?;
         let f = gpu.function(&EXL3.spec(&[]), OP)?;
         let (out_i, k_i) = (as_i32(OP, "out", self.out_p)?, as_i32(OP, "k", self.k)?);
         let mut launch = gpu.stream().launch_builder(&f);
-        let t = i32::from(transposed);
-        launch.arg(self.trellis.dev()).arg(q.dev_mut()).arg(&out_i).arg(&k_i).arg(&self.codebook).arg(&t);
-        // SAFETY: arguments match `exl3_decode_q(const u16*, u16*, int, int, int, int)`; the grid covers the tiles, q checked above.
+        launch.arg(self.trellis.dev()).arg(q.dev_mut()).arg(&out_i).arg(&k_i).arg(&self.codebook);
+        // SAFETY: arguments match `exl3_decode_q(const u16*, u16*, int, int, int)`; the grid covers the tiles, q checked above.
         unsafe { launch.launch(grid((self.in_p / 16, self.out_p / 16), 256, 0)) }
             .doing(|| format!("launching {OP} on {}×{} K={}", self.in_p, self.out_p, self.k))?;
         Ok(())
@@ -135,7 +130,7 @@ impl<'g> GpuExl3<'g> {
         Ok(())
     }
 
-    /// `y = x·W (+ bias)` for prompt rows: `Qᵀ` decoded to fp16, x rotated to fp16, cuBLASLt's fp16 GEMM (f32 sums), Hadamard out.
+    /// `y = x·W (+ bias)` for prompt rows: `Q` decoded to fp16, x rotated to fp16, cuBLASLt's fp16 GEMM (f32 sums), Hadamard out.
     pub fn forward_gemm(
         &self,
         gpu: &'g Gpu,
@@ -152,8 +147,8 @@ impl<'g> GpuExl3<'g> {
         if rows > 65535 {
             return Err(Error::Launch { op: OP, what: format!("{rows} rows exceed one launch's grid") });
         }
-        let mut qt = gpu.pool().take(self.in_p * self.out_p * 2)?;
-        self.decode(gpu, &mut qt, true)?;
+        let mut q = gpu.pool().take(self.in_p * self.out_p * 2)?;
+        self.decode_q(gpu, &mut q)?;
         let mut xh = gpu.pool().take(rows * self.in_p * 2)?;
         let f = gpu.function(&EXL3.spec(&[]), "exl3_had_in_h")?;
         let in_i = as_i32(OP, "in", self.in_p)?;
@@ -163,7 +158,7 @@ impl<'g> GpuExl3<'g> {
         unsafe { launch.launch(grid((rows, self.in_p / HAD), HAD as u32, 0)) }
             .doing(|| format!("launching exl3_had_in_h on {rows} rows"))?;
         let mut yq = gpu.pool().take(rows * self.out_p * 4)?;
-        blas.gemm(Gemm::F16F32, xh.dev(), qt.dev(), yq.dev_mut(), (rows, self.out_p, self.in_p))?;
+        blas.gemm(Gemm::F16F32, xh.dev(), q.dev(), yq.dev_mut(), (rows, self.out_p, self.in_p))?;
         self.had_out(gpu, &yq, &mut y, rows)?;
         Ok(y)
     }

@@ -3,7 +3,7 @@
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
 use crate::exl3::HAD;
 use crate::exl3_cuda::GpuExl3;
-use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, DevicePtr, PushKernelArg};
 use std::marker::PhantomData;
 use tf_cuda::error::DriverResultExt;
@@ -34,10 +34,11 @@ impl MmaPlan {
         MmaPlan { kr: per * HAD / 16, splits: blocks.div_ceil(per) }
     }
 
-    /// Dynamic shared memory of one block, as the kernel lays it out: records (or finishing rows), x, A fragments, suh, svh, bias.
+    /// Dynamic shared memory of one block, as the kernel lays it out: two buffers (records or finishing rows, x, suh, svh, bias), A fragments.
     pub fn smem_bytes(&self, k: usize, rows: usize) -> usize {
         let tiles = (self.kr * 8 * 8 * k * 4).max(rows * MMA_COLS * 4);
-        tiles + rows * self.kr * 64 + self.kr * rows.div_ceil(8) * 512 + self.kr * 32 + HAD * 2 + HAD * 4
+        let buf = tiles + rows * self.kr * 64 + self.kr * 32 + HAD * 2 + HAD * 4;
+        2 * buf + self.kr * rows.div_ceil(8) * 512
     }
 }
 
@@ -55,6 +56,18 @@ pub(crate) fn dev_row(
 pub(crate) fn fast_fn(gpu: &Gpu, entry: &str, k: usize, codebook: i32) -> Result<CudaFunction, Error> {
     let (k, cb) = (k.to_string(), codebook.to_string());
     gpu.function(&EXL3.spec(&[("EXL3_K", &k), ("EXL3_CB", &cb)]), entry)
+}
+
+/// Compiles `exl3_gemv_mma` for (K, codebook) and allows it the shared memory of 16 rows on this shape, outside any graph capture.
+pub(crate) fn prepare(gpu: &Gpu, k: usize, codebook: i32, (in_p, out_p): (usize, usize)) -> Result<(), Error> {
+    const OP: &str = "exl3_gemv_mma";
+    let f = fast_fn(gpu, OP, k, codebook)?;
+    let smem = MmaPlan::new(in_p, out_p).smem_bytes(k, EXL3_MMA_ROWS);
+    if smem > SMEM_DEFAULT {
+        let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(attr, smem as i32).doing(|| format!("allowing {OP} {smem} bytes of shared memory"))?;
+    }
+    Ok(())
 }
 
 /// One launch's weight shape: `rows` (≤ 16) per job, and the K it is compiled for (jobs whose expert has another K leave).
@@ -96,22 +109,22 @@ pub(crate) fn launch_mma(
     }
     let f = fast_fn(gpu, OP, shape.k, shape.codebook)?;
     let smem = plan.smem_bytes(shape.k, shape.rows);
-    if smem > SMEM_DEFAULT {
-        let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        f.set_attribute(attr, smem as i32).doing(|| format!("allowing {OP} {smem} bytes of shared memory"))?;
-    }
-    let ints = [jobs.experts, jobs.topk, shape.rows, shape.in_p, shape.out_p, plan.kr];
-    let [experts, topk, rows, in_i, out_i, kr] = ints.map(|v| as_i32(OP, "a launch parameter", v));
+    // Persistent blocks: as many as fit at once, never more than the items (the bits do not depend on how many).
+    let per_sm =
+        f.occupancy_max_active_blocks_per_multiprocessor(256, smem, None).doing(|| format!("sizing {OP}'s grid"))?;
+    let sms = gpu.context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    let sms = sms.doing(|| "reading the SM count".into())?.max(1) as usize;
+    let items = groups * plan.splits * jobs.count;
+    let blocks = items.min(per_sm.max(1) as usize * sms);
+    let ints = [jobs.experts, jobs.topk, shape.rows, shape.in_p, shape.out_p, plan.kr, plan.splits, jobs.count];
+    let [experts, topk, rows, in_i, out_i, kr, splits, count] = ints.map(|v| as_i32(OP, "a launch parameter", v));
     let (experts, topk, rows, in_i, out_i, kr) = (experts?, topk?, rows?, in_i?, out_i?, kr?);
+    let (splits, count) = (splits?, count?);
     let ids = jobs.ids.unwrap_or(0);
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(y).arg(part.dev_mut());
-    launch.arg(jobs.done.dev()).arg(&rows).arg(&in_i).arg(&out_i).arg(&kr);
-    let mut cfg = grid((groups, plan.splits), 256, smem);
-    cfg.grid_dim.2 = u32::try_from(jobs.count)
-        .ok()
-        .filter(|&z| z <= 65535)
-        .ok_or_else(|| Error::Launch { op: OP, what: format!("{} jobs exceed one launch's grid", jobs.count) })?;
+    launch.arg(jobs.done.dev()).arg(&rows).arg(&in_i).arg(&out_i).arg(&kr).arg(&splits).arg(&count);
+    let cfg = grid((blocks, 1), 256, smem);
     // SAFETY: arguments match exl3_gemv_mma's signature; x, y, part and done were sized for these jobs by the callers and above.
     unsafe { launch.launch(cfg) }
         .doing(|| format!("launching {OP} on {} jobs × {rows} rows × {}×{}", jobs.count, shape.in_p, shape.out_p))?;
@@ -159,6 +172,9 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
             }
         }
         ks.sort_unstable();
+        for &k in &ks {
+            prepare(gpu, k, first.codebook(), (first.in_p, first.out_p))?;
+        }
         as_i32(OP, "experts", experts.len())?;
         Ok(Exl3Experts {
             table: gpu.upload_exact(&rows)?,
@@ -297,7 +313,7 @@ mod tests {
     fn plans_split_whole_hadamard_blocks_and_cover_the_input() {
         for (in_p, out_p) in [(5120, 2304), (2304, 5120), (256, 384), (128, 128), (7168, 128), (128, 65536)] {
             let p = MmaPlan::new(in_p, out_p);
-            assert!(p.kr > 0 && p.kr % (HAD / 16) == 0, "{in_p}×{out_p}: kr {} is not whole 128-blocks", p.kr);
+            assert!(p.kr > 0 && p.kr.is_multiple_of(HAD / 16), "{in_p}×{out_p}: kr {} is not whole 128-blocks", p.kr);
             let tiles = in_p / 16;
             assert!(
                 p.splits * p.kr >= tiles && (p.splits - 1) * p.kr < tiles,
