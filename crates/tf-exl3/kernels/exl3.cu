@@ -93,48 +93,90 @@ __device__ __forceinline__ float had_in_value(const float* __restrict__ x, const
     return v[threadIdx.x];
 }
 
-// Grid (rows, n/128), 128 threads: y = fwht_blocks(x ⊙ s) per 128-block (s fp16, one per column; the input side).
-extern "C" __global__ void exl3_had_in(const float* __restrict__ x, const u16* __restrict__ s, float* __restrict__ y, int n) {
-    const float v = had_in_value(x, s, n);
-    y[(size_t)blockIdx.x * n + blockIdx.y * HAD + threadIdx.x] = v;
-}
-
 // exl3_had_in rounded to fp16: the prompt GEMM's operand.
 extern "C" __global__ void exl3_had_in_h(const float* __restrict__ x, const u16* __restrict__ s, u16* __restrict__ y, int n) {
     const float v = had_in_value(x, s, n);
     y[(size_t)blockIdx.x * n + blockIdx.y * HAD + threadIdx.x] = to_f16(v);
 }
 
-// Grid (rows, n/128), 128 threads: y = fwht_blocks(x) ⊙ s (+ bias) per 128-block (the output side).
-extern "C" __global__ void exl3_had_out(const float* __restrict__ x, const u16* __restrict__ s, const float* __restrict__ bias,
-                                        float* __restrict__ y, int n, int has_bias) {
-    __shared__ float v[HAD];
-    const int col = blockIdx.y * HAD + threadIdx.x;
-    const size_t at = (size_t)blockIdx.x * n + col;
-    v[threadIdx.x] = x[at];
-    __syncthreads();
-    fwht128(v);
-    float o = __fmul_rn(v[threadIdx.x], f16(s[col]));
-    if (has_bias) o = __fadd_rn(o, bias[col]);
-    y[at] = o;
+// One EXL3 linear as the job kernels read it (exl3_mma::dev_row): bias may be null; cb 0 3INST, 1 MCG, 2 MUL1.
+struct Exl3Dev {
+    const u16* trellis;
+    const u16* suh;
+    const u16* svh;
+    const float* bias;
+    int k;
+    int cb;
+};
+
+// Job z's table row, or null when its id is outside [0, experts).
+__device__ __forceinline__ const Exl3Dev* job_row(const Exl3Dev* table, const int* ids, int experts, int z) {
+    const int e = ids ? ids[z] : 0;
+    return e >= 0 && e < experts ? table + e : nullptr;
 }
 
-// Grid (out_p/16), 256 threads: y[r, c] = Σ_i x[r, i]·Q[i, c] in i order from +0 (forward_q's sum), rows ≤ 8; thread (r, c) adds one tile while the next is decoded.
-extern "C" __global__ void exl3_gemv_seq(const float* __restrict__ x, const u16* __restrict__ trellis, float* __restrict__ y,
-                                         int rows, int in_p, int out_p, int k, int cb) {
+// Grid (jobs, in_p/128), 128 threads: xh[z, r] = fwht_blocks(x[topk ? z / topk : z, r] ⊙ suh) for the job's rows.
+extern "C" __global__ void exl3_had_in_j(const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids,
+                                         int experts, int topk, float* __restrict__ xh, int rows, int in_p) {
+    __shared__ float v[HAD];
+    const int z = blockIdx.x, col = blockIdx.y * HAD + threadIdx.x;
+    const Exl3Dev* wt = job_row(table, ids, experts, z);
+    if (!wt) return;
+    const float* xz = x + (size_t)(ids && topk ? z / topk : z) * rows * in_p;
+    for (int r = 0; r < rows; ++r) {
+        v[threadIdx.x] = __fmul_rn(xz[(size_t)r * in_p + col], f16(wt->suh[col]));
+        __syncthreads();
+        fwht128(v);
+        xh[((size_t)z * rows + r) * in_p + col] = v[threadIdx.x];
+        __syncthreads();
+    }
+}
+
+// Grid (jobs, out_p/128), 128 threads: y[z, r] = fwht_blocks(Σ_s part[z, s, r] in s order) ⊙ svh (+ bias); NaN for an invalid id.
+extern "C" __global__ void exl3_had_out_j(const float* __restrict__ part, const Exl3Dev* __restrict__ table, const int* __restrict__ ids,
+                                          int experts, float* __restrict__ y, int rows, int out_p, int splits) {
+    __shared__ float v[HAD];
+    const int z = blockIdx.x, col = blockIdx.y * HAD + threadIdx.x;
+    const Exl3Dev* wt = job_row(table, ids, experts, z);
+    for (int r = 0; r < rows; ++r) {
+        const size_t at = ((size_t)z * rows + r) * out_p + col;
+        if (!wt) {
+            y[at] = __int_as_float(0x7fc00000);
+            continue;
+        }
+        float sum = 0.0f;
+        for (int s2 = 0; s2 < splits; ++s2) sum = __fadd_rn(sum, part[(((size_t)z * splits + s2) * rows + r) * out_p + col]);
+        v[threadIdx.x] = sum;
+        __syncthreads();
+        fwht128(v);
+        float o = __fmul_rn(v[threadIdx.x], f16(wt->svh[col]));
+        if (wt->bias) o = __fadd_rn(o, wt->bias[col]);
+        y[at] = o;
+        __syncthreads();
+    }
+}
+
+// Grid (out_p/16, splits, jobs), 256 threads: part[z, s, r0 + r, c] = Σ_{i in split s} xh[z, r0 + r, i]·Q[i, c] in i order from +0 (r < 8).
+extern "C" __global__ void exl3_gemv_split(const float* __restrict__ xh, const Exl3Dev* __restrict__ table, const int* __restrict__ ids,
+                                           int experts, float* __restrict__ part, int rows, int r0, int n_rows, int in_p, int out_p,
+                                           int split_tiles) {
     __shared__ float q_s[2][TILE];
     __shared__ float x_s[2][8 * 16];
-    const int tc = blockIdx.x, tn = gridDim.x, t = threadIdx.x, tiles = in_p / 16;
+    const int tc = blockIdx.x, tn = gridDim.x, s = blockIdx.y, splits = gridDim.y, z = blockIdx.z, t = threadIdx.x;
+    const Exl3Dev* wt = job_row(table, ids, experts, z);
+    if (!wt) return;
+    const int k = wt->k, cb = wt->cb, t0 = s * split_tiles, tiles = min(split_tiles, in_p / 16 - t0);
+    const float* x = xh + ((size_t)z * rows + r0) * in_p;
     const int cell = tile_cell(t);
-    const bool adder = t < 16 * rows;
+    const bool adder = t < 16 * n_rows;
     const int r = t / 16, c = t % 16;
     // Tile tr's stream words and x values load one tile before they are decoded, so memory latency hides behind the adds.
     u64 v = 0;
     float xv = 0.0f;
     int shift = 0;
     auto fetch = [&](int tr) {
-        v = window_words(record(trellis, tr, tc, tn, k), k, t, shift);
-        if (adder) xv = __ldg(x + (size_t)r * in_p + tr * 16 + c);
+        v = window_words(record(wt->trellis, t0 + tr, tc, tn, k), k, t, shift);
+        if (adder) xv = __ldg(x + (size_t)r * in_p + (t0 + tr) * 16 + c);
     };
     auto stage = [&](int buf) {
         q_s[buf][cell] = f16(decode_state(window_state(v, shift), cb));
@@ -156,7 +198,7 @@ extern "C" __global__ void exl3_gemv_seq(const float* __restrict__ x, const u16*
         }
         __syncthreads();
     }
-    if (adder) y[(size_t)r * out_p + tc * 16 + c] = acc;
+    if (adder) part[(((size_t)z * splits + s) * rows + r0 + r) * out_p + tc * 16 + c] = acc;
 }
 
 // ---- Fast path (tolerance, not bits): states decoded straight into mma B fragments, x as fp16 hi + lo·2^11 rows, f32 accumulation.
@@ -264,15 +306,6 @@ extern "C" __global__ void exl3_decode_frag(const u16* __restrict__ trellis, u16
     }
 }
 
-// One EXL3 linear as the fast kernel reads it (tf_exl3::exl3_cuda::DevWeight): bias may be null.
-struct Exl3Dev {
-    const u16* trellis;
-    const u16* suh;
-    const u16* svh;
-    const float* bias;
-    int k;
-    int pad;
-};
 
 // One work item of exl3_gemv_mma: job z's split s of column group cg, with its table row (run false: id invalid or another K).
 struct Item {

@@ -1,11 +1,12 @@
 //! EXL3 linears on the GPU: the trellis uploaded as stored, decoded exactly, and `y = x·W` in `Exl3Weight::forward`'s order.
 
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
-use crate::exl3::{Exl3Weight, HAD};
+use crate::exl3::{Exl3Weight, HAD, SPLIT};
 use crate::exl3_mma::{
-    EXL3_MMA_ROWS, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, prepare, rows_in, rows_out,
+    EXL3_MMA_ROWS, Exl3Kernels, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, prepare, rows_in,
+    rows_out,
 };
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
 use tf_cuda::blas::{Blas, Gemm};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu, PoolBuf, grid};
@@ -41,7 +42,8 @@ impl<'g> GpuExl3<'g> {
         }
         let (trellis, suh, svh) = (gpu.upload_exact(&w.trellis)?, gpu.upload_exact(&w.suh)?, gpu.upload_exact(&w.svh)?);
         let bias = w.bias.as_ref().map(|b| gpu.upload_exact(b)).transpose()?;
-        let table = gpu.upload_exact(&dev_row(gpu, (&trellis, &suh, &svh, bias.as_ref()), w.k))?;
+        let table =
+            gpu.upload_exact(&dev_row(gpu, (&trellis, &suh, &svh, bias.as_ref()), (w.k, w.codebook.index() as i32)))?;
         prepare(gpu, w.k, w.codebook.index() as i32, (w.in_p, w.out_p))?;
         Ok(GpuExl3 {
             in_p: w.in_p,
@@ -73,61 +75,12 @@ impl<'g> GpuExl3<'g> {
 
     /// `y = x·W (+ bias)` for `rows` f32 rows of `in_p`, f32 `[rows, out_p]`, bit for bit `Exl3Weight::forward`.
     pub fn forward_exact(&self, gpu: &'g Gpu, x: &PoolBuf<'_>, rows: usize) -> Result<PoolBuf<'g>, Error> {
-        const OP: &str = "exl3 forward";
+        const OP: &str = "exl3 forward_exact";
         check_len(OP, "x", x, bytes(OP, bytes(OP, rows, self.in_p)?, 4)?)?;
-        let (in_i, out_i) = (as_i32(OP, "in", self.in_p)?, as_i32(OP, "out", self.out_p)?);
         let mut y = gpu.pool().take(bytes(OP, bytes(OP, rows, self.out_p)?, 4)?.max(4))?;
-        if rows == 0 {
-            return Ok(y);
-        }
-        if rows > 65535 {
-            return Err(Error::Launch { op: OP, what: format!("{rows} rows exceed one launch's grid") });
-        }
-        let mut xh = gpu.pool().take(rows * self.in_p * 4)?;
-        let had_in = gpu.function(&EXL3.spec(&[]), "exl3_had_in")?;
-        let mut launch = gpu.stream().launch_builder(&had_in);
-        launch.arg(x.dev()).arg(self.suh.dev()).arg(xh.dev_mut()).arg(&in_i);
-        // SAFETY: arguments match `exl3_had_in(const float*, const u16*, float*, int)`; x checked, xh sized here.
-        unsafe { launch.launch(grid((rows, self.in_p / HAD), HAD as u32, 0)) }
-            .doing(|| format!("launching exl3_had_in on {rows} rows"))?;
-        let mut yq = gpu.pool().take(rows * self.out_p * 4)?;
-        let gemv = gpu.function(&EXL3.spec(&[]), "exl3_gemv_seq")?;
-        let k_i = as_i32(OP, "k", self.k)?;
-        for r0 in (0..rows).step_by(EXL3_MAX_ROWS) {
-            let n = EXL3_MAX_ROWS.min(rows - r0) as i32;
-            let xs = xh.dev().slice(r0 * self.in_p * 4..);
-            let mut ys = yq.dev_mut().slice_mut(r0 * self.out_p * 4..);
-            let mut launch = gpu.stream().launch_builder(&gemv);
-            launch
-                .arg(&xs)
-                .arg(self.trellis.dev())
-                .arg(&mut ys)
-                .arg(&n)
-                .arg(&in_i)
-                .arg(&out_i)
-                .arg(&k_i)
-                .arg(&self.codebook);
-            // SAFETY: arguments match `exl3_gemv_seq(const float*, const u16*, float*, int ×5)`; slices hold n rows.
-            unsafe { launch.launch(grid((self.out_p / 16, 1), 256, 0)) }
-                .doing(|| format!("launching exl3_gemv_seq on {n} rows × {}×{}", self.in_p, self.out_p))?;
-        }
-        self.had_out(gpu, &yq, &mut y, rows)?;
+        let jobs = MmaJobs { table: &self.table, experts: 1, ids: None, topk: 0, count: 1, done: &self.done };
+        launch_exact(gpu, (self.in_p, self.out_p, rows), &jobs, &x.dev().slice(..), &mut y.dev_mut().slice_mut(..))?;
         Ok(y)
-    }
-
-    /// y = fwht_blocks(yq) ⊙ svh (+ bias) for `rows` f32 rows of `out_p`.
-    fn had_out(&self, gpu: &Gpu, yq: &PoolBuf<'_>, y: &mut PoolBuf<'_>, rows: usize) -> Result<(), Error> {
-        let out_i = as_i32("exl3_had_out", "out", self.out_p)?;
-        let had_out = gpu.function(&EXL3.spec(&[]), "exl3_had_out")?;
-        let has_bias = i32::from(self.bias.is_some());
-        let mut launch = gpu.stream().launch_builder(&had_out);
-        // Without a bias the kernel never reads it; svh stands in as a valid pointer.
-        let bias = self.bias.as_ref().unwrap_or(&self.svh);
-        launch.arg(yq.dev()).arg(self.svh.dev()).arg(bias.dev()).arg(y.dev_mut()).arg(&out_i).arg(&has_bias);
-        // SAFETY: arguments match `exl3_had_out(const float*, const u16*, const float*, float*, int, int)`; callers size both rows.
-        unsafe { launch.launch(grid((rows, self.out_p / HAD), HAD as u32, 0)) }
-            .doing(|| format!("launching exl3_had_out on {rows} rows"))?;
-        Ok(())
     }
 
     /// `y = x·W (+ bias)` for prompt rows: `Q` decoded to fp16, x rotated to fp16, cuBLASLt's fp16 GEMM (f32 sums), Hadamard out.
@@ -159,7 +112,8 @@ impl<'g> GpuExl3<'g> {
             .doing(|| format!("launching exl3_had_in_h on {rows} rows"))?;
         let mut yq = gpu.pool().take(rows * self.out_p * 4)?;
         blas.gemm(Gemm::F16F32, xh.dev(), q.dev(), yq.dev_mut(), (rows, self.out_p, self.in_p))?;
-        self.had_out(gpu, &yq, &mut y, rows)?;
+        let jobs = MmaJobs { table: &self.table, experts: 1, ids: None, topk: 0, count: 1, done: &self.done };
+        had_out_j(gpu, (self.out_p, rows, 1), &jobs, &yq, &mut y.dev_mut().slice_mut(..))?;
         Ok(y)
     }
 
@@ -175,7 +129,7 @@ impl<'g> GpuExl3<'g> {
 
     /// This weight's row of a fast-kernel table.
     pub(crate) fn dev_row(&self, gpu: &Gpu) -> [u64; 5] {
-        dev_row(gpu, (&self.trellis, &self.suh, &self.svh, self.bias.as_ref()), self.k)
+        dev_row(gpu, (&self.trellis, &self.suh, &self.svh, self.bias.as_ref()), (self.k, self.codebook))
     }
 
     /// `Q` as fp16 bits through the fast path's register decode: must equal [`GpuExl3::decode_q`] bit for bit.
@@ -207,9 +161,14 @@ impl<'g> GpuExl3<'g> {
         x: &PoolBuf<'_>,
         rows: usize,
         (k, n): (usize, usize),
+        kernels: Exl3Kernels,
     ) -> Result<PoolBuf<'g>, Error> {
         let xp = rows_in(gpu, x, rows, k, self.in_p)?;
-        rows_out(gpu, self.forward(gpu, &xp, rows)?, rows, n, self.out_p)
+        let y = match kernels {
+            Exl3Kernels::Exact => self.forward_exact(gpu, &xp, rows)?,
+            Exl3Kernels::Fast => self.forward(gpu, &xp, rows)?,
+        };
+        rows_out(gpu, y, rows, n, self.out_p)
     }
 
     /// Scratch [`GpuExl3::forward_into`] needs for `rows` rows: each split's partial sums.
@@ -240,4 +199,75 @@ impl<'g> GpuExl3<'g> {
         }
         Ok(())
     }
+}
+
+/// The exact path for `jobs`, each `rows` rows: Hadamard in, split sums in order ([`SPLIT`] inputs each), the splits added and Hadamard out.
+pub(crate) fn launch_exact(
+    gpu: &Gpu,
+    (in_p, out_p, rows): (usize, usize, usize),
+    jobs: &MmaJobs<'_, '_>,
+    x: &CudaView<'_, u8>,
+    y: &mut CudaViewMut<'_, u8>,
+) -> Result<(), Error> {
+    const OP: &str = "exl3 exact";
+    let n = jobs.count * rows;
+    if y.len() < bytes(OP, bytes(OP, n, out_p)?, 4)? {
+        return Err(Error::Launch {
+            op: OP,
+            what: format!("y holds {} bytes, {n} rows of {out_p} need more", y.len()),
+        });
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let (splits, split_tiles) = (in_p.div_ceil(SPLIT), SPLIT / 16);
+    let ints = [jobs.experts, jobs.topk, rows, in_p, out_p, split_tiles];
+    let [experts, topk, rows_i, in_i, out_i, st] = ints.map(|v| as_i32(OP, "a launch parameter", v));
+    let (experts, topk, rows_i, in_i, out_i, st) = (experts?, topk?, rows_i?, in_i?, out_i?, st?);
+    let count = u32::try_from(jobs.count).ok().filter(|&c| c <= 65535);
+    let count =
+        count.ok_or_else(|| Error::Launch { op: OP, what: format!("{} jobs exceed one launch's grid", jobs.count) })?;
+    let ids = jobs.ids.unwrap_or(0);
+    let mut xh = gpu.pool().take(n * in_p * 4)?;
+    let f = gpu.function(&EXL3.spec(&[]), "exl3_had_in_j")?;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(xh.dev_mut()).arg(&rows_i).arg(&in_i);
+    // SAFETY: arguments match exl3_had_in_j's signature; callers checked x, xh holds every job's rows.
+    unsafe { launch.launch(grid((jobs.count, in_p / HAD), HAD as u32, 0)) }
+        .doing(|| format!("launching exl3_had_in_j on {n} rows"))?;
+    let mut part = gpu.pool().take(n * splits * out_p * 4)?;
+    let f = gpu.function(&EXL3.spec(&[]), "exl3_gemv_split")?;
+    for r0 in (0..rows).step_by(EXL3_MAX_ROWS) {
+        let (r0_i, m) = (r0 as i32, EXL3_MAX_ROWS.min(rows - r0) as i32);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(xh.dev()).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(part.dev_mut()).arg(&rows_i);
+        launch.arg(&r0_i).arg(&m).arg(&in_i).arg(&out_i).arg(&st);
+        let mut cfg = grid((out_p / 16, splits), 256, 0);
+        cfg.grid_dim.2 = count;
+        // SAFETY: arguments match exl3_gemv_split's signature; xh and part hold every job's rows and splits.
+        unsafe { launch.launch(cfg) }.doing(|| format!("launching exl3_gemv_split on {m} rows × {in_p}×{out_p}"))?;
+    }
+    had_out_j(gpu, (out_p, rows, splits), jobs, &part, y)
+}
+
+/// y = fwht_blocks(Σ_s part[s] in order) ⊙ svh (+ bias) per job row; NaN rows for an invalid id.
+fn had_out_j(
+    gpu: &Gpu,
+    (out_p, rows, splits): (usize, usize, usize),
+    jobs: &MmaJobs<'_, '_>,
+    part: &PoolBuf<'_>,
+    y: &mut CudaViewMut<'_, u8>,
+) -> Result<(), Error> {
+    const OP: &str = "exl3_had_out_j";
+    check_len(OP, "part", part, bytes(OP, bytes(OP, jobs.count * rows * splits, out_p)?, 4)?)?;
+    let ints = [jobs.experts, rows, out_p, splits];
+    let [experts, rows_i, out_i, splits_i] = ints.map(|v| as_i32(OP, "a launch parameter", v));
+    let (experts, rows_i, out_i, splits_i) = (experts?, rows_i?, out_i?, splits_i?);
+    let ids = jobs.ids.unwrap_or(0);
+    let f = gpu.function(&EXL3.spec(&[]), OP)?;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(part.dev()).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(y).arg(&rows_i).arg(&out_i).arg(&splits_i);
+    // SAFETY: arguments match exl3_had_out_j's signature; part checked above, y by the callers.
+    unsafe { launch.launch(grid((jobs.count, out_p / HAD), HAD as u32, 0)) }.doing(|| format!("launching {OP}"))?;
+    Ok(())
 }

@@ -2,7 +2,7 @@
 
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
 use crate::exl3::HAD;
-use crate::exl3_cuda::GpuExl3;
+use crate::exl3_cuda::{GpuExl3, launch_exact};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, DevicePtr, PushKernelArg};
 use std::marker::PhantomData;
@@ -17,6 +17,15 @@ pub(crate) const MMA_COLS: usize = 128;
 const MMA_TARGET_BLOCKS: usize = 264;
 /// Shared memory every launch gets without opting in.
 const SMEM_DEFAULT: usize = 48 << 10;
+
+/// Which kernels run an EXL3 linear: the exact split-order ones (the bits of `Exl3Weight::forward`), or tensor cores (a declared bound).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Exl3Kernels {
+    #[default]
+    Exact,
+    /// Tier 2: `exl3_gemv_mma`, within 2^-16 of Σ|x·q| per column; a model's tokens may differ from the CPU's.
+    Fast,
+}
 
 /// How `exl3_gemv_mma` splits the input: `kr` k-tiles (whole Hadamard blocks) per split, `splits` of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,14 +51,14 @@ impl MmaPlan {
     }
 }
 
-/// The kernel's `Exl3Dev` row: trellis, suh, svh and bias (0 = none) device pointers, then K.
+/// The kernels' `Exl3Dev` row: trellis, suh, svh and bias (0 = none) device pointers, then K and the codebook as two i32.
 pub(crate) fn dev_row(
     gpu: &Gpu,
     bufs: (&PoolBuf<'_>, &PoolBuf<'_>, &PoolBuf<'_>, Option<&PoolBuf<'_>>),
-    k: usize,
+    (k, codebook): (usize, i32),
 ) -> [u64; 5] {
     let ptr = |b: &PoolBuf<'_>| b.dev().device_ptr(gpu.stream()).0;
-    [ptr(bufs.0), ptr(bufs.1), ptr(bufs.2), bufs.3.map_or(0, ptr), k as u64]
+    [ptr(bufs.0), ptr(bufs.1), ptr(bufs.2), bufs.3.map_or(0, ptr), k as u64 | (u64::from(codebook as u32) << 32)]
 }
 
 /// `entry` of the fast path, compiled for one K and codebook.
@@ -209,7 +218,7 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
         x: &PoolBuf<'_>,
         topk: usize,
         (y, part): (&mut PoolBuf<'_>, &mut PoolBuf<'_>),
-        pairs: usize,
+        (pairs, kernels): (usize, Exl3Kernels),
     ) -> Result<(), Error> {
         const OP: &str = "exl3 routed";
         let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
@@ -228,6 +237,19 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
         for c0 in (0..pairs).step_by(chunk.max(1)) {
             let count = chunk.min(pairs - c0);
             let x0 = c0.checked_div(topk).unwrap_or(c0);
+            let (xs, mut ys) = (x.dev().slice(x0 * self.in_p * 4..), y.dev_mut().slice_mut(c0 * self.out_p * 4..));
+            if kernels == Exl3Kernels::Exact {
+                let jobs = MmaJobs {
+                    table: &self.table,
+                    experts: self.count,
+                    ids: Some(ids_at + 4 * c0 as u64),
+                    topk,
+                    count,
+                    done: &self.done,
+                };
+                launch_exact(gpu, (self.in_p, self.out_p, 1), &jobs, &xs, &mut ys)?;
+                continue;
+            }
             for &k in &self.ks {
                 let shape = MmaShape { in_p: self.in_p, out_p: self.out_p, k, codebook: self.codebook, rows: 1 };
                 let jobs = MmaJobs {
@@ -238,8 +260,7 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
                     count,
                     done: &self.done,
                 };
-                let xs = x.dev().slice(x0 * self.in_p * 4..);
-                launch_mma(gpu, &shape, &jobs, &xs, &mut y.dev_mut().slice_mut(c0 * self.out_p * 4..), part)?;
+                launch_mma(gpu, &shape, &jobs, &xs, &mut ys, part)?;
             }
         }
         Ok(())
@@ -252,14 +273,14 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
         ids: &PoolBuf<'_>,
         x: &PoolBuf<'_>,
         topk: usize,
-        pairs: usize,
+        (pairs, kernels): (usize, Exl3Kernels),
         (k, n): (usize, usize),
     ) -> Result<PoolBuf<'g>, Error> {
         let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
         let xp = rows_in(gpu, x, x_rows, k, self.in_p)?;
         let mut y = gpu.pool().take((pairs * self.out_p * 4).max(4))?;
         let mut part = gpu.pool().take(self.part_bytes(pairs).max(4))?;
-        self.routed(gpu, ids, &xp, topk, (&mut y, &mut part), pairs)?;
+        self.routed(gpu, ids, &xp, topk, (&mut y, &mut part), (pairs, kernels))?;
         rows_out(gpu, y, pairs, n, self.out_p)
     }
 }

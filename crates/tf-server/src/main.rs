@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_server::generate;
 
-const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--cuda-graphs] [--max-lanes N]
+const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--cuda-graphs] [--exl3-kernels exact|fast] [--max-lanes N]
          [--prefill-experts exl3|mxfp4] [--prefill-mxfp4-layers N] [--prefill-mxfp4-min-rows N]
          [--max-queue N] [--max-queued-tokens N] [--max-active-tokens N] [--prefill-chunk N]
          [--admission fifo|short-first] [--prefix-block N] [--prefix-cache-tokens N (0: off)]
@@ -132,6 +132,13 @@ fn serve(args: &[String]) -> ExitCode {
                 cfg.cuda_graphs = true;
                 Ok(())
             }
+            "--exl3-kernels" => value().and_then(|v| match v.as_str() {
+                "exact" | "fast" => {
+                    cfg.exl3_fast = v == "fast";
+                    Ok(())
+                }
+                _ => Err(format!("--exl3-kernels: `{v}` is not exact or fast")),
+            }),
             "--prefill-experts" => value().and_then(|v| match v.as_str() {
                 "exl3" | "mxfp4" => {
                     mxfp4 = v == "mxfp4";

@@ -93,6 +93,9 @@ fn usage_errors_exit_2() {
     let graphs_on_cpu = tf(&["serve", "--cuda-graphs", "--port", "0"]);
     assert_eq!(graphs_on_cpu.status.code(), Some(2));
     assert!(String::from_utf8(graphs_on_cpu.stderr).unwrap().contains("--cuda-graphs needs --device cuda"));
+    let bad_kernels = tf(&["serve", "--exl3-kernels", "turbo", "--port", "0"]);
+    assert_eq!(bad_kernels.status.code(), Some(2));
+    assert!(String::from_utf8(bad_kernels.stderr).unwrap().contains("--exl3-kernels: `turbo` is not exact or fast"));
 }
 
 #[test]

@@ -8,6 +8,7 @@ use crate::mhc::HcSite;
 use crate::model::Block;
 use crate::moe::Moe;
 use tf_cuda::{Error, Gpu};
+use tf_exl3::exl3_mma::Exl3Kernels;
 
 /// An mHC site: `fn` in f32 (it multiplies the stream state in f32), `scale` [3], `base` [mix].
 pub struct GHc {
@@ -54,7 +55,7 @@ pub struct GAttn {
 }
 
 impl GAttn {
-    fn upload(gpu: &'static Gpu, a: &AttnWeights) -> Result<GAttn, Error> {
+    fn upload(gpu: &'static Gpu, a: &AttnWeights, kernels: Exl3Kernels) -> Result<GAttn, Error> {
         let compressor = match &a.compressor {
             Some(c) => Some(GCompressor {
                 wkv: Mat::upload(gpu, &c.wkv)?,
@@ -68,20 +69,21 @@ impl GAttn {
             None => None,
         };
         let indexer = match &a.indexer {
-            Some(ix) => {
-                Some(GIndexer { wq_b: Lin8::upload(gpu, &ix.wq_b)?, weights_proj: Mat::upload(gpu, &ix.weights_proj)? })
-            }
+            Some(ix) => Some(GIndexer {
+                wq_b: Lin8::upload(gpu, &ix.wq_b, kernels)?,
+                weights_proj: Mat::upload(gpu, &ix.weights_proj)?,
+            }),
             None => None,
         };
         let gin = a.n_heads * a.head_dim / a.o_groups;
         Ok(GAttn {
-            wq_a: Lin8::upload(gpu, &a.wq_a)?,
+            wq_a: Lin8::upload(gpu, &a.wq_a, kernels)?,
             q_norm: upload_bf16(gpu, &a.q_norm)?,
-            wq_b: Lin8::upload(gpu, &a.wq_b)?,
-            wkv: Lin8::upload(gpu, &a.wkv)?,
+            wq_b: Lin8::upload(gpu, &a.wq_b, kernels)?,
+            wkv: Lin8::upload(gpu, &a.wkv, kernels)?,
             kv_norm: upload_bf16(gpu, &a.kv_norm)?,
             wo_a: Mat::from_f32(gpu, &a.wo_a, a.o_groups * a.o_lora_rank, gin, Sum::Sequential)?,
-            wo_b: Lin8::upload(gpu, &a.wo_b)?,
+            wo_b: Lin8::upload(gpu, &a.wo_b, kernels)?,
             sink: upload_f32(gpu, &a.sink)?,
             compressor,
             indexer,
@@ -103,7 +105,7 @@ pub struct GMoe {
 }
 
 impl GMoe {
-    fn upload(gpu: &'static Gpu, m: &Moe) -> Result<GMoe, Error> {
+    fn upload(gpu: &'static Gpu, m: &Moe, kernels: Exl3Kernels) -> Result<GMoe, Error> {
         if m.prefill.is_some() {
             let what =
                 "--prefill-experts mxfp4 runs on the CPU only; the GPU's MXFP4 prompt kernel is not built yet".into();
@@ -112,13 +114,13 @@ impl GMoe {
         Ok(GMoe {
             gate: Mat::upload(gpu, &m.gate)?,
             bias: upload_f32(gpu, &m.bias)?,
-            w1: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w1))?,
-            w2: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w2))?,
-            w3: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w3))?,
+            w1: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w1), kernels)?,
+            w2: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w2), kernels)?,
+            w3: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w3), kernels)?,
             shared: [
-                Lin8::upload(gpu, &m.shared.w1)?,
-                Lin8::upload(gpu, &m.shared.w2)?,
-                Lin8::upload(gpu, &m.shared.w3)?,
+                Lin8::upload(gpu, &m.shared.w1, kernels)?,
+                Lin8::upload(gpu, &m.shared.w2, kernels)?,
+                Lin8::upload(gpu, &m.shared.w3, kernels)?,
             ],
             topk: m.topk,
             route_scale: m.route_scale,
@@ -146,15 +148,16 @@ pub struct GBlock {
 }
 
 impl GBlock {
-    pub fn upload(gpu: &'static Gpu, b: &Block) -> Result<GBlock, Error> {
+    /// The block's weights; EXL3 linears and experts run through `kernels`.
+    pub fn upload(gpu: &'static Gpu, b: &Block, kernels: Exl3Kernels) -> Result<GBlock, Error> {
         let engram = match &b.engram {
-            Some(g) => Some(GEngram { wkv: Lin8::upload(gpu, &g.wkv)?, weight: upload_f32(gpu, &g.weight)? }),
+            Some(g) => Some(GEngram { wkv: Lin8::upload(gpu, &g.wkv, kernels)?, weight: upload_f32(gpu, &g.weight)? }),
             None => None,
         };
         Ok(GBlock {
             role: b.role.clone(),
-            attn: GAttn::upload(gpu, &b.attn)?,
-            ffn: GMoe::upload(gpu, &b.ffn)?,
+            attn: GAttn::upload(gpu, &b.attn, kernels)?,
+            ffn: GMoe::upload(gpu, &b.ffn, kernels)?,
             attn_norm: upload_bf16(gpu, &b.attn_norm)?,
             ffn_norm: upload_bf16(gpu, &b.ffn_norm)?,
             hc_attn: GHc::upload(gpu, &b.hc_attn)?,

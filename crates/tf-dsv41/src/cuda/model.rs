@@ -10,6 +10,7 @@ use crate::rope::Rope;
 use std::collections::HashMap;
 use std::path::Path;
 use tf_cuda::{Error, Gpu};
+use tf_exl3::exl3_mma::Exl3Kernels;
 
 /// A model on a GPU; a loaded one keeps its CPU model for the Engram tables, the hasher and the probe.
 pub struct GpuModel {
@@ -95,7 +96,8 @@ impl GpuModel {
     }
 
     pub fn from_cpu(cpu: Model, gpu: &'static Gpu) -> Result<GpuModel, Error> {
-        let blocks = cpu.blocks.iter().map(|b| GBlock::upload(gpu, b)).collect::<Result<Vec<_>, _>>()?;
+        let kernels = if cpu.opts.exl3_fast { Exl3Kernels::Fast } else { Exl3Kernels::Exact };
+        let blocks = cpu.blocks.iter().map(|b| GBlock::upload(gpu, b, kernels)).collect::<Result<Vec<_>, _>>()?;
         let embed = gpu.upload_exact(cpu.embed.bytes())?;
         let norm = upload_bf16(gpu, &cpu.norm)?;
         let head = Mat::upload(gpu, &cpu.head)?;

@@ -12,7 +12,7 @@ use tf_cuda::{Error, Gpu, PoolBuf};
 use tf_exl3::Fp4Weight;
 use tf_exl3::cuda::{Fp4Experts, RoutedActs, fp4_gemv_routed};
 use tf_exl3::exl3_cuda::GpuExl3;
-use tf_exl3::exl3_mma::Exl3Experts;
+use tf_exl3::exl3_mma::{Exl3Experts, Exl3Kernels};
 
 /// A device buffer that lives as long as the model (the GPU is opened once per process).
 pub type Buf = PoolBuf<'static>;
@@ -47,7 +47,7 @@ impl<'x> Acts<'x> {
 /// A linear's stored weight: FP8 codes with E8M0 scales per 32×32 tile, or an EXL3 trellis.
 pub enum LinW {
     Fp8 { w: Buf, scale: Buf },
-    Exl3(Box<GpuExl3<'static>>),
+    Exl3(Box<GpuExl3<'static>>, Exl3Kernels),
 }
 
 /// A linear `[n, k]`, FP8 block-scaled or EXL3.
@@ -58,9 +58,10 @@ pub struct Lin8 {
 }
 
 impl Lin8 {
-    pub fn upload(gpu: &'static Gpu, q: &QLinear<Fp8Weight>) -> Result<Lin8, Error> {
+    /// The linear as stored; an EXL3 one runs through `kernels`.
+    pub fn upload(gpu: &'static Gpu, q: &QLinear<Fp8Weight>, kernels: Exl3Kernels) -> Result<Lin8, Error> {
         if let QLinear::Exl3(e) = q {
-            return Ok(Lin8 { w: LinW::Exl3(Box::new(GpuExl3::upload(gpu, &e.w)?)), n: e.out, k: e.inp });
+            return Ok(Lin8 { w: LinW::Exl3(Box::new(GpuExl3::upload(gpu, &e.w)?), kernels), n: e.out, k: e.inp });
         }
         let w = native(q)?;
         let (codes, scales) = w.raw();
@@ -72,7 +73,7 @@ impl Lin8 {
     pub fn bytes(&self) -> usize {
         match &self.w {
             LinW::Fp8 { w, scale } => w.len() + scale.len(),
-            LinW::Exl3(g) => g.bytes(),
+            LinW::Exl3(g, _) => g.bytes(),
         }
     }
 
@@ -86,7 +87,7 @@ impl Lin8 {
                 fp8_gemv(gpu, w, scale, WeightScale::E8m0, codes, scales, &mut y, dims, Fp8Decode::Hardware)?;
                 Ok(y)
             }
-            LinW::Exl3(g) => g.forward_bf16(gpu, x.x, x.rows, (self.k, self.n)),
+            LinW::Exl3(g, kernels) => g.forward_bf16(gpu, x.x, x.rows, (self.k, self.n), *kernels),
         }
     }
 
@@ -107,14 +108,19 @@ pub fn to_bf16_buf(gpu: &'static Gpu, y: &Buf, n: usize) -> Result<Buf, Error> {
 /// One shape of routed experts, FP4 (`[n, k/2]` codes, `[n, k/32]` scales each) or EXL3, with device tables built once.
 pub enum Experts4 {
     Fp4 { w: Vec<(Buf, Buf)>, n: usize, k: usize, table: Fp4Experts<'static, 'static> },
-    Exl3 { w: Vec<GpuExl3<'static>>, n: usize, k: usize, table: Exl3Experts<'static, 'static> },
+    Exl3 { w: Vec<GpuExl3<'static>>, n: usize, k: usize, table: Exl3Experts<'static, 'static>, kernels: Exl3Kernels },
 }
 
 /// Routed rows one EXL3 expert launch takes; more run as further launches.
 const EXL3_MAX_PAIRS: usize = 64;
 
 impl Experts4 {
-    pub fn upload<'a>(gpu: &'static Gpu, ws: impl Iterator<Item = &'a QLinear<Fp4Weight>>) -> Result<Experts4, Error> {
+    /// The experts as stored; EXL3 ones run through `kernels`.
+    pub fn upload<'a>(
+        gpu: &'static Gpu,
+        ws: impl Iterator<Item = &'a QLinear<Fp4Weight>>,
+        kernels: Exl3Kernels,
+    ) -> Result<Experts4, Error> {
         let ws: Vec<&QLinear<Fp4Weight>> = ws.collect();
         if let Some(QLinear::Exl3(first)) = ws.first() {
             let (n, k) = (first.out, first.inp);
@@ -131,7 +137,7 @@ impl Experts4 {
             let table = Exl3Experts::new(gpu, &w.iter().collect::<Vec<_>>(), EXL3_MAX_PAIRS)?;
             // SAFETY: the table points into `w`, which this value owns and never changes; device buffers do not move.
             let table = unsafe { table.into_detached() };
-            return Ok(Experts4::Exl3 { w, n, k, table });
+            return Ok(Experts4::Exl3 { w, n, k, table, kernels });
         }
         let mut w = Vec::new();
         let (mut n, mut k) = (0, 0);
@@ -197,8 +203,8 @@ impl Experts4 {
                 fp4_gemv_routed(gpu, table, ids, (codes, scales), acts, &mut y, pairs)?;
                 Ok(y)
             }
-            Experts4::Exl3 { n, k, table, .. } => {
-                table.routed_bf16(gpu, ids, x.x, if per_token { topk } else { 0 }, pairs, (*k, *n))
+            Experts4::Exl3 { n, k, table, kernels, .. } => {
+                table.routed_bf16(gpu, ids, x.x, if per_token { topk } else { 0 }, (pairs, *kernels), (*k, *n))
             }
         }
     }

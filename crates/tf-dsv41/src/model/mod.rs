@@ -32,6 +32,8 @@ pub struct Options {
     pub wide_sums: bool,
     /// Tier-2 switch, off by default (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for prompt chunks.
     pub prefill_mxfp4: Option<PrefillMxfp4>,
+    /// Tier-2 numerics switch, off by default (`--exl3-kernels fast`): EXL3 on the GPU through tensor cores, within a declared bound.
+    pub exl3_fast: bool,
 }
 
 /// Which layers get MXFP4 prefill experts and which calls use them (TensorFold's TF_DS_PREFILL_MXFP4_LAYERS and MXFP4_MIN_ROWS).
@@ -45,7 +47,14 @@ pub struct PrefillMxfp4 {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { replay: true, quirks: Quirks::default(), engram_io: None, wide_sums: false, prefill_mxfp4: None }
+        Options {
+            replay: true,
+            quirks: Quirks::default(),
+            engram_io: None,
+            wide_sums: false,
+            prefill_mxfp4: None,
+            exl3_fast: false,
+        }
     }
 }
 

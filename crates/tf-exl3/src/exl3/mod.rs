@@ -6,4 +6,4 @@ pub mod trellis;
 pub mod weight;
 
 pub use codebook::Codebook;
-pub use weight::{Exl3Weight, HAD, fwht_blocks};
+pub use weight::{Exl3Weight, HAD, SPLIT, fwht_blocks};

@@ -8,6 +8,8 @@ use tf_core::{Checkpoint, DType, Error, Result, Tensor};
 
 /// EXL3 pads both dims to this and applies its Hadamard transform in blocks of it.
 pub const HAD: usize = 128;
+/// Inputs per partial sum of [`Exl3Weight::forward`]: each split sums in order, then the splits add in order (the GPU runs splits in parallel).
+pub const SPLIT: usize = 512;
 
 /// A quantized `(in_p, out_p)` matrix (HF's `weight.T`): per 16×16 tile a K-bit trellis, plus the signed scales.
 #[derive(Clone, Debug, PartialEq)]
@@ -140,7 +142,7 @@ impl Exl3Weight {
         w
     }
 
-    /// `y = x·W_eff (+ bias)` for `rows` rows of `in_p` f32, as the kernels order it: Hadamard in, `·Q`, Hadamard out.
+    /// `y = x·W_eff (+ bias)` for `rows` rows of `in_p` f32, as the kernels order it: Hadamard in, `·Q` by splits of [`SPLIT`], Hadamard out.
     pub fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
         self.forward_q(&self.decode_q().into_iter().map(f16_bits_to_f32).collect::<Vec<f32>>(), x, rows)
     }
@@ -157,11 +159,17 @@ impl Exl3Weight {
             self.out_p
         );
         let mut y = vec![0.0f32; rows * self.out_p];
+        let mut part = vec![0.0f32; self.out_p];
         for (xr, yr) in x.chunks_exact(self.in_p).zip(y.chunks_exact_mut(self.out_p)) {
             let mut xh: Vec<f32> = xr.iter().zip(&self.suh).map(|(v, &s)| v * f16_bits_to_f32(s)).collect();
             fwht_blocks(&mut xh);
-            for (i, &a) in xh.iter().enumerate() {
-                yr.iter_mut().zip(&q[i * self.out_p..(i + 1) * self.out_p]).for_each(|(o, w)| *o += a * w);
+            for (s, xs) in xh.chunks(SPLIT).enumerate() {
+                part.fill(0.0);
+                for (i, &a) in xs.iter().enumerate() {
+                    let row = (s * SPLIT + i) * self.out_p;
+                    part.iter_mut().zip(&q[row..row + self.out_p]).for_each(|(o, w)| *o += a * w);
+                }
+                yr.iter_mut().zip(&part).for_each(|(o, p)| *o += p);
             }
             fwht_blocks(yr);
             for (j, o) in yr.iter_mut().enumerate() {

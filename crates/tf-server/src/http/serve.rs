@@ -20,6 +20,8 @@ pub struct ServeConfig {
     pub engram_io: Option<tf_engram::IoMode>,
     /// Tier-2 numerics switch (`--wide-sums`): RMSNorm and mHC x² in 32 lanes; off by default, its gate has not said yes.
     pub wide_sums: bool,
+    /// Tier-2 switch (`--exl3-kernels fast`): EXL3 on the GPU through tensor cores instead of the exact kernels; off by default.
+    pub exl3_fast: bool,
     /// Tier-2 switch (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for long prompt chunks; off by default.
     pub prefill_mxfp4: Option<tf_dsv41::PrefillMxfp4>,
     /// `--cuda-graphs`: each decode step recorded and launched as one CUDA graph (same bits; off, as it measured no faster).
@@ -61,6 +63,7 @@ impl Default for ServeConfig {
             engram_io: None,
             device: Device::Cpu,
             wide_sums: false,
+            exl3_fast: false,
             prefill_mxfp4: None,
             cuda_graphs: false,
         }
@@ -130,6 +133,7 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
                     replay: cfg.replay,
                     engram_io: cfg.engram_io,
                     wide_sums: cfg.wide_sums,
+                    exl3_fast: cfg.exl3_fast,
                     prefill_mxfp4: cfg.prefill_mxfp4,
                     ..tf_dsv41::Options::default()
                 },

@@ -52,7 +52,13 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
         run_one(&format!("e2e {}", kind.name()), &mut |r| e2e::check(gpu, rng, r, kind));
     }
     for kind in [TinyKind::Tiny, TinyKind::Small] {
-        run_one(&format!("exl3 e2e {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind));
+        run_one(&format!("exl3 e2e {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind, false));
+    }
+    // The tier-2 tensor-core switch's gate runs only when named (TF_SECTIONS="exl3 fast gate"): its verdict is a measurement.
+    if only.iter().any(|o| o == "exl3 fast gate") {
+        for kind in [TinyKind::Tiny, TinyKind::Small] {
+            run_one(&format!("exl3 fast gate {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind, true));
+        }
     }
     run_one("probe", &mut |r| probe::check(gpu, rng, r));
     run_one("prompt lengths", &mut |r| lengths::check(gpu, rng, r));

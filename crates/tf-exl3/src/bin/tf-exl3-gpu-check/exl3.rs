@@ -55,7 +55,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
     let bytes = 5120 * 2304 * 3 / 8 + (5120 + 2304) * 2;
     time_row(
         report,
-        "exl3 forward_exact 1×5120→2304 K=3 (in-order, warm L2)",
+        "exl3 forward_exact 1×5120→2304 K=3 (split order, warm L2)",
         ms * 1e3 / reps as f32,
         bytes,
         copy_gbps,

@@ -10,7 +10,7 @@ use tf_cuda::{Error, Gpu};
 use tf_exl3::exl3::encode::random_weight;
 use tf_exl3::exl3::{HAD, fwht_blocks};
 use tf_exl3::exl3_cuda::GpuExl3;
-use tf_exl3::exl3_mma::Exl3Experts;
+use tf_exl3::exl3_mma::{Exl3Experts, Exl3Kernels};
 use tf_exl3::{Codebook, Exl3Weight};
 
 /// Declared before measuring: per column c before Hadamard out, |Δ| ≤ 2^-16 · Σ_i |xh_i·q_ic| (x as fp16 hi + lo is ~22 bits, f32 sums).
@@ -99,13 +99,19 @@ fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) 
                         * 1e3;
                 let case = format!("exl3 forward (mma) {rows}×{in_p}→{out_p} K={k} (cold, {copies} copies)");
                 time_row(report, &case, us, wbytes + rows * (in_p + out_p) * 4, copy_gbps);
+                if rows == 1 {
+                    let us =
+                        cold_median_ms(gpu, copies, SAMPLES, |g, i| gs[i].forward_exact(g, &x, 1).map(drop))? * 1e3;
+                    let case = format!("exl3 forward_exact 1×{in_p}→{out_p} K={k} (cold, {copies} copies)");
+                    time_row(report, &case, us, wbytes + (in_p + out_p) * 4, copy_gbps);
+                }
             }
         }
     }
     Ok(())
 }
 
-/// Routed pairs over experts of mixed K (one launch per K): each pair equals its expert's one-row forward bit for bit.
+/// Routed pairs over experts of mixed K: exact pairs equal the CPU's forward bit for bit, fast ones their expert's one-row fast forward.
 fn routed(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
     for (in_p, out_p, topk) in [(5120, 2304, 6), (2304, 5120, 0)] {
         let (count, pairs) = (12, 12);
@@ -116,37 +122,42 @@ fn routed(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Er
         let x_rows = pairs.checked_div(topk).unwrap_or(pairs);
         let x = acts(rng, x_rows * in_p);
         let xd = gpu.upload(&x)?;
-        let mut ids: Vec<i32> = (0..pairs).map(|_| (rng.next_u64() % count as u64) as i32).collect();
-        let mut part = gpu.pool().take(table.part_bytes(pairs))?;
-        let mut run = |ids: &[i32]| -> Result<Vec<f32>, Error> {
-            let idd = gpu.upload(ids)?;
-            let mut y = gpu.upload(&vec![0.0f32; pairs * out_p])?;
-            table.routed(gpu, &idd, &xd, topk, (&mut y, &mut part), pairs)?;
-            gpu.download(&y)
-        };
-        let got = run(&ids)?;
-        let mut same = 0;
-        for (p, &e) in ids.iter().enumerate() {
-            let a = p.checked_div(topk).unwrap_or(p);
-            let one: Vec<f32> =
-                gpu.download(&gs[e as usize].forward(gpu, &gpu.upload(&x[a * in_p..(a + 1) * in_p])?, 1)?)?;
-            same +=
-                usize::from(one.iter().zip(&got[p * out_p..(p + 1) * out_p]).all(|(u, v)| u.to_bits() == v.to_bits()));
+        for kernels in [Exl3Kernels::Exact, Exl3Kernels::Fast] {
+            let mut ids: Vec<i32> = (0..pairs).map(|_| (rng.next_u64() % count as u64) as i32).collect();
+            let mut part = gpu.pool().take(table.part_bytes(pairs))?;
+            let mut run = |ids: &[i32]| -> Result<Vec<f32>, Error> {
+                let idd = gpu.upload(ids)?;
+                let mut y = gpu.upload(&vec![0.0f32; pairs * out_p])?;
+                table.routed(gpu, &idd, &xd, topk, (&mut y, &mut part), (pairs, kernels))?;
+                gpu.download(&y)
+            };
+            let got = run(&ids)?;
+            let mut same = 0;
+            for (p, &e) in ids.iter().enumerate() {
+                let a = p.checked_div(topk).unwrap_or(p);
+                let row = &x[a * in_p..(a + 1) * in_p];
+                let one: Vec<f32> = match kernels {
+                    Exl3Kernels::Exact => ws[e as usize].forward(row, 1),
+                    Exl3Kernels::Fast => gpu.download(&gs[e as usize].forward(gpu, &gpu.upload(row)?, 1)?)?,
+                };
+                let got_p = &got[p * out_p..(p + 1) * out_p];
+                same += usize::from(one.iter().zip(got_p).all(|(u, v)| u.to_bits() == v.to_bits()));
+            }
+            ids[1] = count as i32;
+            let bad = run(&ids)?;
+            let nan = bad[out_p..2 * out_p].iter().all(|v| v.is_nan());
+            let others = bad[..out_p] == got[..out_p] && bad[2 * out_p..] == got[2 * out_p..];
+            let case = format!("{kernels:?}: {pairs} pairs over {count} experts (K 2-4) {in_p}→{out_p}, topk {topk}");
+            let against = if kernels == Exl3Kernels::Exact { "the CPU's forward" } else { "one-row fast forward" };
+            let what =
+                format!("{same} of {pairs} pairs = {against} bits; bad id → NaN row {nan}, others unchanged {others}");
+            report.row("exl3 routed", &case, what, same == pairs && nan && others);
         }
-        ids[1] = count as i32;
-        let bad = run(&ids)?;
-        let nan = bad[out_p..2 * out_p].iter().all(|v| v.is_nan());
-        let others = bad[..out_p] == got[..out_p] && bad[2 * out_p..] == got[2 * out_p..];
-        let case = format!("{pairs} pairs over {count} experts (K 2-4) {in_p}→{out_p}, topk {topk}");
-        let what = format!(
-            "{same} of {pairs} pairs = one-row forward bits; bad id → NaN row {nan}, others unchanged {others}"
-        );
-        report.row("exl3 routed (mma)", &case, what, same == pairs && nan && others);
     }
     Ok(())
 }
 
-/// A decode step's routed experts in one launch each: w1+w3 of six experts (12 jobs), then w2 of six, at K = 3, cold.
+/// A decode step's routed experts in one launch each: w1+w3 of six experts (12 jobs), then w2 of six, at K = 3, cold, both kernels.
 fn routed_timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) -> Result<(), Error> {
     for (in_p, out_p, jobs, topk) in [(5120, 2304, 12, 12), (2304, 5120, 6, 0)] {
         let k = 3;
@@ -163,11 +174,13 @@ fn routed_timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps
         let x = gpu.upload(&acts(rng, x_rows * in_p))?;
         let mut y = gpu.pool().take(jobs * out_p * 4)?;
         let mut part = gpu.pool().take(table.part_bytes(jobs))?;
-        let us = cold_median_ms(gpu, launches, SAMPLES, |g, i| {
-            table.routed(g, &ids[i], &x, topk, (&mut y, &mut part), jobs)
-        })?;
-        let case = format!("exl3 routed (mma) {jobs} jobs {in_p}→{out_p} K={k} (cold, {launches} launches)");
-        time_row(report, &case, us * 1e3, jobs * (wbytes + (in_p + out_p) * 4), copy_gbps);
+        for kernels in [Exl3Kernels::Exact, Exl3Kernels::Fast] {
+            let us = cold_median_ms(gpu, launches, SAMPLES, |g, i| {
+                table.routed(g, &ids[i], &x, topk, (&mut y, &mut part), (jobs, kernels))
+            })? * 1e3;
+            let case = format!("exl3 routed {kernels:?} {jobs} jobs {in_p}→{out_p} K={k} (cold, {launches} launches)");
+            time_row(report, &case, us, jobs * (wbytes + (in_p + out_p) * 4), copy_gbps);
+        }
     }
     Ok(())
 }
