@@ -139,8 +139,7 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
     result
 }
 
-/// The gates on the kind converted to EXL3 (random MUL1 streams, K 2..5 by tensor): the exact kernels must give the CPU's bits;
-/// with `fast` (the tier-2 tensor-core switch) the golden gate's tolerance rules decide instead.
+/// The gates on the kind converted to EXL3 (random MUL1, K 2..5): exact kernels must give the CPU's bits, `fast` the golden gate's rules.
 pub fn check_exl3(
     gpu: &'static Gpu,
     rng: &mut SplitMix64,
