@@ -27,17 +27,24 @@ __device__ __forceinline__ u16 decode_state(u32 st, int cb) {
     if (cb == 0) return two_halves(st * INST3_MUL + INST3_ADD);
     if (cb == 1) return two_halves(st * MCG_MULT);
     const u32 y = st * MUL1_MULT;
-    const u32 sum = (y & 0xFF) + ((y >> 8) & 0xFF) + ((y >> 16) & 0xFF) + (y >> 24);
+    const u32 sum = __dp4a(y, 0x01010101u, 0u);
     return to_f16(__fadd_rn(__fmul_rn((float)(1024u + sum), f16(MUL1_K_INV)), f16(MUL1_K_BIAS)));
 }
 
-// The two words holding position p's 16-bit window (8K u32 words per record, MSB first), and the window's first bit.
-__device__ __forceinline__ u64 window_words(const u32* __restrict__ words, int k, int p, int& shift) {
+// Where position p's 16-bit window lies in a record (8K u32 words, MSB first): its two words and the window's first bit.
+struct Window {
+    int w0, w1, shift;
+};
+
+__device__ __forceinline__ Window window_at(int k, int p) {
     const int len = TILE * k, nw = 8 * k;
     const int start = ((p + 1) * k - 16 + len) % len;
-    const int w0 = start / 32;
-    shift = start % 32;
-    return ((u64)__ldg(words + w0) << 32) | (u64)__ldg(words + (w0 + 1) % nw);
+    return Window{start / 32, (start / 32 + 1) % nw, start % 32};
+}
+
+// The two words holding a window, as one u64 (the first in the high half).
+__device__ __forceinline__ u64 window_words(const u32* __restrict__ words, const Window& w) {
+    return ((u64)__ldg(words + w.w0) << 32) | (u64)__ldg(words + w.w1);
 }
 
 // The state in a window from window_words: the 16 bits ending at (p+1)·K, wrapping.
@@ -78,8 +85,8 @@ __device__ __forceinline__ void fwht128(float* v) {
 extern "C" __global__ void exl3_decode_q(const u16* __restrict__ trellis, u16* __restrict__ q, int out_p, int k, int cb) {
     const int tr = blockIdx.x, tc = blockIdx.y, tn = gridDim.y, p = threadIdx.x;
     const int cell = tile_cell(p);
-    int shift;
-    const u32 st = window_state(window_words(record(trellis, tr, tc, tn, k), k, p, shift), shift);
+    const Window win = window_at(k, p);
+    const u32 st = window_state(window_words(record(trellis, tr, tc, tn, k), win), win.shift);
     q[(size_t)(tr * 16 + cell / 16) * out_p + tc * 16 + cell % 16] = decode_state(st, cb);
 }
 
@@ -115,45 +122,39 @@ __device__ __forceinline__ const Exl3Dev* job_row(const Exl3Dev* table, const in
     return e >= 0 && e < experts ? table + e : nullptr;
 }
 
-// Grid (jobs, in_p/128), 128 threads: xh[z, r] = fwht_blocks(x[topk ? z / topk : z, r] ⊙ suh) for the job's rows.
+// Grid (jobs·rows, in_p/128), 128 threads: xh[z, r] = fwht_blocks(x[topk ? z / topk : z, r] ⊙ suh), one row of one job per block.
 extern "C" __global__ void exl3_had_in_j(const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids,
                                          int experts, int topk, float* __restrict__ xh, int rows, int in_p) {
     __shared__ float v[HAD];
-    const int z = blockIdx.x, col = blockIdx.y * HAD + threadIdx.x;
+    const int z = blockIdx.x / rows, r = blockIdx.x % rows, col = blockIdx.y * HAD + threadIdx.x;
     const Exl3Dev* wt = job_row(table, ids, experts, z);
     if (!wt) return;
-    const float* xz = x + (size_t)(ids && topk ? z / topk : z) * rows * in_p;
-    for (int r = 0; r < rows; ++r) {
-        v[threadIdx.x] = __fmul_rn(xz[(size_t)r * in_p + col], f16(wt->suh[col]));
-        __syncthreads();
-        fwht128(v);
-        xh[((size_t)z * rows + r) * in_p + col] = v[threadIdx.x];
-        __syncthreads();
-    }
+    const float* xz = x + ((size_t)(ids && topk ? z / topk : z) * rows + r) * in_p;
+    v[threadIdx.x] = __fmul_rn(xz[col], f16(wt->suh[col]));
+    __syncthreads();
+    fwht128(v);
+    xh[((size_t)z * rows + r) * in_p + col] = v[threadIdx.x];
 }
 
-// Grid (jobs, out_p/128), 128 threads: y[z, r] = fwht_blocks(Σ_s part[z, s, r] in s order) ⊙ svh (+ bias); NaN for an invalid id.
+// Grid (jobs·rows, out_p/128), 128 threads: y[z, r] = fwht_blocks(Σ_s part[z, s, r] in s order) ⊙ svh (+ bias); NaN for an invalid id.
 extern "C" __global__ void exl3_had_out_j(const float* __restrict__ part, const Exl3Dev* __restrict__ table, const int* __restrict__ ids,
                                           int experts, float* __restrict__ y, int rows, int out_p, int splits) {
     __shared__ float v[HAD];
-    const int z = blockIdx.x, col = blockIdx.y * HAD + threadIdx.x;
+    const int z = blockIdx.x / rows, r = blockIdx.x % rows, col = blockIdx.y * HAD + threadIdx.x;
     const Exl3Dev* wt = job_row(table, ids, experts, z);
-    for (int r = 0; r < rows; ++r) {
-        const size_t at = ((size_t)z * rows + r) * out_p + col;
-        if (!wt) {
-            y[at] = __int_as_float(0x7fc00000);
-            continue;
-        }
-        float sum = 0.0f;
-        for (int s2 = 0; s2 < splits; ++s2) sum = __fadd_rn(sum, part[(((size_t)z * splits + s2) * rows + r) * out_p + col]);
-        v[threadIdx.x] = sum;
-        __syncthreads();
-        fwht128(v);
-        float o = __fmul_rn(v[threadIdx.x], f16(wt->svh[col]));
-        if (wt->bias) o = __fadd_rn(o, wt->bias[col]);
-        y[at] = o;
-        __syncthreads();
+    const size_t at = ((size_t)z * rows + r) * out_p + col;
+    if (!wt) {
+        y[at] = __int_as_float(0x7fc00000);
+        return;
     }
+    float sum = 0.0f;
+    for (int s2 = 0; s2 < splits; ++s2) sum = __fadd_rn(sum, part[(((size_t)z * splits + s2) * rows + r) * out_p + col]);
+    v[threadIdx.x] = sum;
+    __syncthreads();
+    fwht128(v);
+    float o = __fmul_rn(v[threadIdx.x], f16(wt->svh[col]));
+    if (wt->bias) o = __fadd_rn(o, wt->bias[col]);
+    y[at] = o;
 }
 
 // Grid (out_p/16, splits, jobs), 256 threads: part[z, s, r0 + r, c] = Σ_{i in split s} xh[z, r0 + r, i]·Q[i, c] in i order from +0 (r < 8).
@@ -173,13 +174,13 @@ extern "C" __global__ void exl3_gemv_split(const float* __restrict__ xh, const E
     // Tile tr's stream words and x values load one tile before they are decoded, so memory latency hides behind the adds.
     u64 v = 0;
     float xv = 0.0f;
-    int shift = 0;
+    const Window win = window_at(k, t);
     auto fetch = [&](int tr) {
-        v = window_words(record(wt->trellis, t0 + tr, tc, tn, k), k, t, shift);
+        v = window_words(record(wt->trellis, t0 + tr, tc, tn, k), win);
         if (adder) xv = __ldg(x + (size_t)r * in_p + (t0 + tr) * 16 + c);
     };
     auto stage = [&](int buf) {
-        q_s[buf][cell] = f16(decode_state(window_state(v, shift), cb));
+        q_s[buf][cell] = f16(decode_state(window_state(v, win.shift), cb));
         if (adder) x_s[buf][t] = xv;
     };
     float acc = 0.0f;

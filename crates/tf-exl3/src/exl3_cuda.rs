@@ -233,7 +233,7 @@ pub(crate) fn launch_exact(
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(xh.dev_mut()).arg(&rows_i).arg(&in_i);
     // SAFETY: arguments match exl3_had_in_j's signature; callers checked x, xh holds every job's rows.
-    unsafe { launch.launch(grid((jobs.count, in_p / HAD), HAD as u32, 0)) }
+    unsafe { launch.launch(grid((n, in_p / HAD), HAD as u32, 0)) }
         .doing(|| format!("launching exl3_had_in_j on {n} rows"))?;
     let mut part = gpu.pool().take(n * splits * out_p * 4)?;
     let f = gpu.function(&EXL3.spec(&[]), "exl3_gemv_split")?;
@@ -268,6 +268,6 @@ fn had_out_j(
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(part.dev()).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(y).arg(&rows_i).arg(&out_i).arg(&splits_i);
     // SAFETY: arguments match exl3_had_out_j's signature; part checked above, y by the callers.
-    unsafe { launch.launch(grid((jobs.count, out_p / HAD), HAD as u32, 0)) }.doing(|| format!("launching {OP}"))?;
+    unsafe { launch.launch(grid((jobs.count * rows, out_p / HAD), HAD as u32, 0)) }.doing(|| format!("launching {OP}"))?;
     Ok(())
 }
