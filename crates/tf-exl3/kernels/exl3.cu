@@ -157,51 +157,6 @@ extern "C" __global__ void exl3_had_out_j(const float* __restrict__ part, const 
     y[at] = o;
 }
 
-// Grid (out_p/16, splits, jobs), 256 threads: part[z, s, r0 + r, c] = Σ_{i in split s} xh[z, r0 + r, i]·Q[i, c] in i order from +0 (r < 8).
-extern "C" __global__ void exl3_gemv_split(const float* __restrict__ xh, const Exl3Dev* __restrict__ table, const int* __restrict__ ids,
-                                           int experts, float* __restrict__ part, int rows, int r0, int n_rows, int in_p, int out_p,
-                                           int split_tiles) {
-    __shared__ float q_s[2][TILE];
-    __shared__ float x_s[2][8 * 16];
-    const int tc = blockIdx.x, tn = gridDim.x, s = blockIdx.y, splits = gridDim.y, z = blockIdx.z, t = threadIdx.x;
-    const Exl3Dev* wt = job_row(table, ids, experts, z);
-    if (!wt) return;
-    const int k = wt->k, cb = wt->cb, t0 = s * split_tiles, tiles = min(split_tiles, in_p / 16 - t0);
-    const float* x = xh + ((size_t)z * rows + r0) * in_p;
-    const int cell = tile_cell(t);
-    const bool adder = t < 16 * n_rows;
-    const int r = t / 16, c = t % 16;
-    // Tile tr's stream words and x values load one tile before they are decoded, so memory latency hides behind the adds.
-    u64 v = 0;
-    float xv = 0.0f;
-    const Window win = window_at(k, t);
-    auto fetch = [&](int tr) {
-        v = window_words(record(wt->trellis, t0 + tr, tc, tn, k), win);
-        if (adder) xv = __ldg(x + (size_t)r * in_p + (t0 + tr) * 16 + c);
-    };
-    auto stage = [&](int buf) {
-        q_s[buf][cell] = f16(decode_state(window_state(v, win.shift), cb));
-        if (adder) x_s[buf][t] = xv;
-    };
-    float acc = 0.0f;
-    fetch(0);
-    stage(0);
-    if (tiles > 1) fetch(1);
-    __syncthreads();
-    for (int tr = 0; tr < tiles; ++tr) {
-        if (tr + 1 < tiles) stage((tr + 1) & 1);
-        if (tr + 2 < tiles) fetch(tr + 2);
-        if (adder) {
-            const float* qb = q_s[tr & 1];
-            const float* xb = x_s[tr & 1] + r * 16;
-#pragma unroll
-            for (int i = 0; i < 16; ++i) acc = __fadd_rn(acc, __fmul_rn(xb[i], qb[i * 16 + c]));
-        }
-        __syncthreads();
-    }
-    if (adder) part[(((size_t)z * splits + s) * rows + r0 + r) * out_p + tc * 16 + c] = acc;
-}
-
 // ---- Fast path (tolerance, not bits): states decoded straight into mma B fragments, x as fp16 hi + lo·2^11 rows, f32 accumulation.
 #ifndef EXL3_K
 #define EXL3_K 3
@@ -487,6 +442,75 @@ extern "C" __global__ void __launch_bounds__(256, 3) exl3_gemv_mma(
         // Buffer b is refilled by the stage two items on; every thread must be done with it (and with xf) first.
         __syncthreads();
         cur = next;
+    }
+}
+
+// Grid (out_p/128, splits, jobs), 256 threads: part[z, s, r0 + r, c] = Σ_{i in split s} xh·Q in i order from +0 (r < 8); other K leave.
+extern "C" __global__ void __launch_bounds__(256) exl3_gemv_ord(const float* __restrict__ xh, const Exl3Dev* __restrict__ table,
+                                                               const int* __restrict__ ids, int experts, float* __restrict__ part,
+                                                               int rows, int r0, int n_rows, int in_p, int out_p, int split_tiles) {
+    constexpr int K = EXL3_K, WORDS = 8 * K;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int cg = blockIdx.x, s = blockIdx.y, splits = gridDim.y, z = blockIdx.z, t = threadIdx.x, lane = t & 31, w = t >> 5;
+    const Exl3Dev* wt = job_row(table, ids, experts, z);
+    if (!wt || wt->k != K) return;
+    const int t0 = s * split_tiles, tiles = min(split_tiles, in_p / 16 - t0), tn = out_p / 16, n = tiles * 16;
+    u32* recs = reinterpret_cast<u32*>(smem);
+    u32* q_s = recs + split_tiles * MMA_WARPS * WORDS;
+    float* x_s = reinterpret_cast<float*>(q_s + 2 * MMA_WARPS * 128);
+    // The split's records (8 adjacent tiles per k-tile row) stream in while the x rows load.
+    const int rec_chunks = MMA_WARPS * WORDS / 4;
+    for (int i = t; i < tiles * rec_chunks; i += blockDim.x) {
+        const int kk = i / rec_chunks, c = i % rec_chunks;
+        cp16(recs + kk * MMA_WARPS * WORDS + c * 4, wt->trellis + ((size_t)(t0 + kk) * tn + cg * MMA_WARPS) * 16 * K + c * 8);
+    }
+    asm volatile("cp.async.commit_group;");
+    const float* x = xh + ((size_t)z * rows + r0) * in_p + t0 * 16;
+    for (int i = t; i < n_rows * n; i += blockDim.x) x_s[i] = x[(size_t)(i / n) * in_p + i % n];
+    asm volatile("cp.async.wait_group 0;");
+    __syncthreads();
+    const Lane ln = lane_window(lane);
+    const int g = lane / 4, tq = lane % 4;
+    // Lane (g, t)'s pairs are rows (2t, 2t+1) and (2t+8, 2t+9) of columns g and g+8: stored column-major, one u32 per pair.
+    auto decode = [&](int kk, int buf) {
+        u32 b[4];
+        lane_frag(recs + (kk * MMA_WARPS + w) * WORDS, ln, b);
+        u32* q = q_s + (buf * MMA_WARPS + w) * 128;
+        q[g * 8 + tq] = b[0];
+        q[g * 8 + 4 + tq] = b[1];
+        q[(g + 8) * 8 + tq] = b[2];
+        q[(g + 8) * 8 + 4 + tq] = b[3];
+    };
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    decode(0, 0);
+    __syncthreads();
+    for (int kk = 0; kk < tiles; ++kk) {
+        if (kk + 1 < tiles) decode(kk + 1, (kk + 1) & 1);
+        if (t < 128) {
+            const uint4* qp = reinterpret_cast<const uint4*>(q_s + ((kk & 1) * MMA_WARPS + t / 16) * 128 + (t % 16) * 8);
+            const uint4 lo = qp[0], hi = qp[1];
+            const u32 words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            float qv[16];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                qv[2 * i] = f16((u16)(words[i] & 0xFFFFu));
+                qv[2 * i + 1] = f16((u16)(words[i] >> 16));
+            }
+#pragma unroll
+            for (int r = 0; r < 8; ++r) {
+                if (r < n_rows) {
+                    const float* xr = x_s + r * n + kk * 16;
+#pragma unroll
+                    for (int i = 0; i < 16; ++i) acc[r] = __fadd_rn(acc[r], __fmul_rn(xr[i], qv[i]));
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (t < 128) {
+#pragma unroll
+        for (int r = 0; r < 8; ++r)
+            if (r < n_rows) part[(((size_t)z * splits + s) * rows + r0 + r) * out_p + cg * HAD + t] = acc[r];
     }
 }
 

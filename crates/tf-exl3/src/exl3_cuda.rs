@@ -3,15 +3,15 @@
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
 use crate::exl3::{Exl3Weight, HAD, SPLIT};
 use crate::exl3_mma::{
-    EXL3_MMA_ROWS, Exl3Kernels, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, prepare, rows_in,
-    rows_out,
+    EXL3_MMA_ROWS, Exl3Kernels, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, ord_smem_bytes,
+    prepare, rows_in, rows_out,
 };
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
 use tf_cuda::blas::{Blas, Gemm};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu, PoolBuf, grid};
 
-/// Rows one `exl3_gemv_seq` launch takes; more run as further launches (a row never depends on the others).
+/// Rows one `exl3_gemv_ord` launch takes; more run as further launches (a row never depends on the others).
 pub const EXL3_MAX_ROWS: usize = 8;
 /// One EXL3 linear on a GPU: the `(in_p, out_p)` trellis, fp16 `suh`/`svh` and an f32 bias, as `Exl3Weight` holds them.
 #[derive(Debug)]
@@ -79,7 +79,8 @@ impl<'g> GpuExl3<'g> {
         check_len(OP, "x", x, bytes(OP, bytes(OP, rows, self.in_p)?, 4)?)?;
         let mut y = gpu.pool().take(bytes(OP, bytes(OP, rows, self.out_p)?, 4)?.max(4))?;
         let jobs = MmaJobs { table: &self.table, experts: 1, ids: None, topk: 0, count: 1, done: &self.done };
-        launch_exact(gpu, (self.in_p, self.out_p, rows), &jobs, &x.dev().slice(..), &mut y.dev_mut().slice_mut(..))?;
+        let (xs, mut ys) = (x.dev().slice(..), y.dev_mut().slice_mut(..));
+        launch_exact(gpu, (self.in_p, self.out_p, rows), (&[self.k], self.codebook), &jobs, &xs, &mut ys)?;
         Ok(y)
     }
 
@@ -205,6 +206,7 @@ impl<'g> GpuExl3<'g> {
 pub(crate) fn launch_exact(
     gpu: &Gpu,
     (in_p, out_p, rows): (usize, usize, usize),
+    (ks, codebook): (&[usize], i32),
     jobs: &MmaJobs<'_, '_>,
     x: &CudaView<'_, u8>,
     y: &mut CudaViewMut<'_, u8>,
@@ -236,16 +238,19 @@ pub(crate) fn launch_exact(
     unsafe { launch.launch(grid((n, in_p / HAD), HAD as u32, 0)) }
         .doing(|| format!("launching exl3_had_in_j on {n} rows"))?;
     let mut part = gpu.pool().take(n * splits * out_p * 4)?;
-    let f = gpu.function(&EXL3.spec(&[]), "exl3_gemv_split")?;
-    for r0 in (0..rows).step_by(EXL3_MAX_ROWS) {
-        let (r0_i, m) = (r0 as i32, EXL3_MAX_ROWS.min(rows - r0) as i32);
-        let mut launch = gpu.stream().launch_builder(&f);
-        launch.arg(xh.dev()).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(part.dev_mut()).arg(&rows_i);
-        launch.arg(&r0_i).arg(&m).arg(&in_i).arg(&out_i).arg(&st);
-        let mut cfg = grid((out_p / 16, splits), 256, 0);
-        cfg.grid_dim.2 = count;
-        // SAFETY: arguments match exl3_gemv_split's signature; xh and part hold every job's rows and splits.
-        unsafe { launch.launch(cfg) }.doing(|| format!("launching exl3_gemv_split on {m} rows × {in_p}×{out_p}"))?;
+    for &k in ks {
+        let f = fast_fn(gpu, "exl3_gemv_ord", k, codebook)?;
+        for r0 in (0..rows).step_by(EXL3_MAX_ROWS) {
+            let m = EXL3_MAX_ROWS.min(rows - r0);
+            let (r0_i, m_i) = (r0 as i32, m as i32);
+            let mut launch = gpu.stream().launch_builder(&f);
+            launch.arg(xh.dev()).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(part.dev_mut()).arg(&rows_i);
+            launch.arg(&r0_i).arg(&m_i).arg(&in_i).arg(&out_i).arg(&st);
+            let mut cfg = grid((out_p / HAD, splits), 256, ord_smem_bytes(k, m));
+            cfg.grid_dim.2 = count;
+            // SAFETY: arguments match exl3_gemv_ord's signature; xh and part hold every job's rows and splits.
+            unsafe { launch.launch(cfg) }.doing(|| format!("launching exl3_gemv_ord on {m} rows × {in_p}×{out_p}"))?;
+        }
     }
     had_out_j(gpu, (out_p, rows, splits), jobs, &part, y)
 }
@@ -268,6 +273,7 @@ fn had_out_j(
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(part.dev()).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(y).arg(&rows_i).arg(&out_i).arg(&splits_i);
     // SAFETY: arguments match exl3_had_out_j's signature; part checked above, y by the callers.
-    unsafe { launch.launch(grid((jobs.count * rows, out_p / HAD), HAD as u32, 0)) }.doing(|| format!("launching {OP}"))?;
+    unsafe { launch.launch(grid((jobs.count * rows, out_p / HAD), HAD as u32, 0)) }
+        .doing(|| format!("launching {OP}"))?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The tensor-core EXL3 kernel's host side: its split plan, the device table of linears it reads, one-weight and routed launches.
 
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
-use crate::exl3::HAD;
+use crate::exl3::{HAD, SPLIT};
 use crate::exl3_cuda::{GpuExl3, launch_exact};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, DevicePtr, PushKernelArg};
@@ -67,14 +67,20 @@ pub(crate) fn fast_fn(gpu: &Gpu, entry: &str, k: usize, codebook: i32) -> Result
     gpu.function(&EXL3.spec(&[("EXL3_K", &k), ("EXL3_CB", &cb)]), entry)
 }
 
-/// Compiles `exl3_gemv_mma` for (K, codebook) and allows it the shared memory of 16 rows on this shape, outside any graph capture.
+/// Dynamic shared memory of `exl3_gemv_ord` for `rows` rows: one split's records, two buffers of decoded tiles, x.
+pub(crate) fn ord_smem_bytes(k: usize, rows: usize) -> usize {
+    SPLIT / 16 * 8 * 8 * k * 4 + 2 * 8 * 128 * 4 + rows * SPLIT * 4
+}
+
+/// Compiles both kernels for (K, codebook) and allows them the shared memory of their most rows on this shape, outside graph capture.
 pub(crate) fn prepare(gpu: &Gpu, k: usize, codebook: i32, (in_p, out_p): (usize, usize)) -> Result<(), Error> {
-    const OP: &str = "exl3_gemv_mma";
-    let f = fast_fn(gpu, OP, k, codebook)?;
-    let smem = MmaPlan::new(in_p, out_p).smem_bytes(k, EXL3_MMA_ROWS);
-    if smem > SMEM_DEFAULT {
-        let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        f.set_attribute(attr, smem as i32).doing(|| format!("allowing {OP} {smem} bytes of shared memory"))?;
+    let fast = MmaPlan::new(in_p, out_p).smem_bytes(k, EXL3_MMA_ROWS);
+    for (entry, smem) in [("exl3_gemv_mma", fast), ("exl3_gemv_ord", ord_smem_bytes(k, 8))] {
+        let f = fast_fn(gpu, entry, k, codebook)?;
+        if smem > SMEM_DEFAULT {
+            let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            f.set_attribute(attr, smem as i32).doing(|| format!("allowing {entry} {smem} bytes of shared memory"))?;
+        }
     }
     Ok(())
 }
@@ -247,7 +253,7 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
                     count,
                     done: &self.done,
                 };
-                launch_exact(gpu, (self.in_p, self.out_p, 1), &jobs, &xs, &mut ys)?;
+                launch_exact(gpu, (self.in_p, self.out_p, 1), (&self.ks, self.codebook), &jobs, &xs, &mut ys)?;
                 continue;
             }
             for &k in &self.ks {
