@@ -63,22 +63,27 @@ __device__ __forceinline__ const u32* record(const u16* __restrict__ trellis, in
     return reinterpret_cast<const u32*>(trellis + ((size_t)tr * tn + tc) * 16 * k);
 }
 
-// fwht_blocks on one 128-block in shared memory: butterflies level by level (each pair rounds alone), then × 1/√128.
-__device__ __forceinline__ void fwht128(float* v) {
-    const int t = threadIdx.x;
+// fwht_blocks over `rows` rows of n values in shared memory, by the whole block (pairs round as the CPU's do).
+__device__ __forceinline__ void fwht_rows(float* v, int rows, int n) {
+    const int pairs = rows * n / 2;
     for (int h = 1; h < HAD; h *= 2) {
-        if (t < HAD / 2) {
-            const int j = (t / h) * 2 * h + t % h;
-            const float a = v[j], b = v[j + h];
-            v[j] = __fadd_rn(a, b);
-            v[j + h] = __fsub_rn(a, b);
+        for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+            const int r = i / (n / 2), p = i % (n / 2);
+            float* row = v + r * n;
+            const int j = (p / h) * 2 * h + p % h;
+            const float a = row[j], b = row[j + h];
+            row[j] = __fadd_rn(a, b);
+            row[j + h] = __fsub_rn(a, b);
         }
         __syncthreads();
     }
     const float norm = 1.0f / sqrtf((float)HAD);
-    if (t < HAD) v[t] = __fmul_rn(v[t], norm);
+    for (int i = threadIdx.x; i < rows * n; i += blockDim.x) v[i] = __fmul_rn(v[i], norm);
     __syncthreads();
 }
+
+// fwht_blocks on one 128-block in shared memory, by the whole block.
+__device__ __forceinline__ void fwht128(float* v) { fwht_rows(v, 1, HAD); }
 }  // namespace
 
 // Grid (in_p/16, out_p/16), 256 threads: q fp16 bits [in_p][out_p] = each tile's states through codebook cb.
@@ -231,24 +236,6 @@ __device__ __forceinline__ void cp16(void* smem, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((u32)__cvta_generic_to_shared(smem)), "l"(gmem));
 }
 
-// fwht_blocks over `rows` rows of n values in shared memory, by the whole block (pairs round as the CPU's do).
-__device__ __forceinline__ void fwht_rows(float* v, int rows, int n) {
-    const int pairs = rows * n / 2;
-    for (int h = 1; h < HAD; h *= 2) {
-        for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
-            const int r = i / (n / 2), p = i % (n / 2);
-            float* row = v + r * n;
-            const int j = (p / h) * 2 * h + p % h;
-            const float a = row[j], b = row[j + h];
-            row[j] = __fadd_rn(a, b);
-            row[j + h] = __fsub_rn(a, b);
-        }
-        __syncthreads();
-    }
-    const float norm = 1.0f / sqrtf((float)HAD);
-    for (int i = threadIdx.x; i < rows * n; i += blockDim.x) v[i] = __fmul_rn(v[i], norm);
-    __syncthreads();
-}
 }  // namespace
 
 // Grid (in_p/16, out_p/16), 32 threads: q fp16 bits [in_p][out_p] through lane_frag, to check the fast path's decode bit for bit.

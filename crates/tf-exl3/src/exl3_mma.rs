@@ -244,28 +244,14 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
             let count = chunk.min(pairs - c0);
             let x0 = c0.checked_div(topk).unwrap_or(c0);
             let (xs, mut ys) = (x.dev().slice(x0 * self.in_p * 4..), y.dev_mut().slice_mut(c0 * self.out_p * 4..));
+            let ids = Some(ids_at + 4 * c0 as u64);
+            let jobs = MmaJobs { table: &self.table, experts: self.count, ids, topk, count, done: &self.done };
             if kernels == Exl3Kernels::Exact {
-                let jobs = MmaJobs {
-                    table: &self.table,
-                    experts: self.count,
-                    ids: Some(ids_at + 4 * c0 as u64),
-                    topk,
-                    count,
-                    done: &self.done,
-                };
                 launch_exact(gpu, (self.in_p, self.out_p, 1), (&self.ks, self.codebook), &jobs, &xs, &mut ys)?;
                 continue;
             }
             for &k in &self.ks {
                 let shape = MmaShape { in_p: self.in_p, out_p: self.out_p, k, codebook: self.codebook, rows: 1 };
-                let jobs = MmaJobs {
-                    table: &self.table,
-                    experts: self.count,
-                    ids: Some(ids_at + 4 * c0 as u64),
-                    topk,
-                    count,
-                    done: &self.done,
-                };
                 launch_mma(gpu, &shape, &jobs, &xs, &mut ys, part)?;
             }
         }
@@ -293,43 +279,44 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
 
 /// bf16 `[rows, k]` to f32 `[rows, k_p]`, zeros past `k` (an EXL3 linear's padded input).
 pub fn rows_in<'g>(gpu: &'g Gpu, x: &PoolBuf<'_>, rows: usize, k: usize, k_p: usize) -> Result<PoolBuf<'g>, Error> {
-    const OP: &str = "exl3_rows_in";
-    check_len(OP, "x", x, bytes(OP, bytes(OP, rows, k)?, 2)?)?;
+    check_len("exl3_rows_in", "x", x, bytes("exl3_rows_in", bytes("exl3_rows_in", rows, k)?, 2)?)?;
     if k > k_p {
-        return Err(Error::Launch { op: OP, what: format!("{k} inputs exceed the linear's {k_p}") });
+        return Err(Error::Launch { op: "exl3_rows_in", what: format!("{k} inputs exceed the linear's {k_p}") });
     }
-    let mut xp = gpu.pool().take((rows * k_p * 4).max(4))?;
-    if rows > 0 {
-        let f = gpu.function(&EXL3.spec(&[]), OP)?;
-        let (k_i, kp_i) = (as_i32(OP, "k", k)?, as_i32(OP, "k_p", k_p)?);
-        let mut launch = gpu.stream().launch_builder(&f);
-        launch.arg(x.dev()).arg(xp.dev_mut()).arg(&k_i).arg(&kp_i);
-        // SAFETY: arguments match `exl3_rows_in(const u16*, float*, int, int)`; x checked above, xp sized here.
-        unsafe { launch.launch(grid((rows, 1), 256, 0)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
-    }
-    Ok(xp)
+    rows_copy(gpu, "exl3_rows_in", x, rows, (k, k_p), k_p)
 }
 
 /// The first `n` of each f32 row of `n_p` (`y` itself when nothing is padded).
 pub fn rows_out<'g>(gpu: &'g Gpu, y: PoolBuf<'g>, rows: usize, n: usize, n_p: usize) -> Result<PoolBuf<'g>, Error> {
-    const OP: &str = "exl3_rows_out";
     if n == n_p {
         return Ok(y);
     }
-    check_len(OP, "y", &y, bytes(OP, bytes(OP, rows, n_p)?, 4)?)?;
+    check_len("exl3_rows_out", "y", &y, bytes("exl3_rows_out", bytes("exl3_rows_out", rows, n_p)?, 4)?)?;
     if n > n_p {
-        return Err(Error::Launch { op: OP, what: format!("{n} outputs exceed the linear's {n_p}") });
+        return Err(Error::Launch { op: "exl3_rows_out", what: format!("{n} outputs exceed the linear's {n_p}") });
     }
-    let mut out = gpu.pool().take((rows * n * 4).max(4))?;
+    rows_copy(gpu, "exl3_rows_out", &y, rows, (n, n_p), n)
+}
+
+/// Launches `entry(src, dst, a, b)` over `rows` blocks into a new f32 buffer of `rows × width`.
+fn rows_copy<'g>(
+    gpu: &'g Gpu,
+    entry: &'static str,
+    src: &PoolBuf<'_>,
+    rows: usize,
+    (a, b): (usize, usize),
+    width: usize,
+) -> Result<PoolBuf<'g>, Error> {
+    let mut dst = gpu.pool().take((rows * width * 4).max(4))?;
     if rows > 0 {
-        let f = gpu.function(&EXL3.spec(&[]), OP)?;
-        let (n_i, np_i) = (as_i32(OP, "n", n)?, as_i32(OP, "n_p", n_p)?);
+        let f = gpu.function(&EXL3.spec(&[]), entry)?;
+        let (a, b) = (as_i32(entry, "width", a)?, as_i32(entry, "padded width", b)?);
         let mut launch = gpu.stream().launch_builder(&f);
-        launch.arg(y.dev()).arg(out.dev_mut()).arg(&n_i).arg(&np_i);
-        // SAFETY: arguments match `exl3_rows_out(const float*, float*, int, int)`; y checked above, out sized here.
-        unsafe { launch.launch(grid((rows, 1), 256, 0)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+        launch.arg(src.dev()).arg(dst.dev_mut()).arg(&a).arg(&b);
+        // SAFETY: arguments match `exl3_rows_in`/`exl3_rows_out` (src, dst, int, int); callers checked src, dst sized here.
+        unsafe { launch.launch(grid((rows, 1), 256, 0)) }.doing(|| format!("launching {entry} on {rows} rows"))?;
     }
-    Ok(out)
+    Ok(dst)
 }
 
 #[cfg(test)]
