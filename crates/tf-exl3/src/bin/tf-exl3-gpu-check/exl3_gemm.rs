@@ -4,7 +4,7 @@ use crate::exl3::acts;
 use crate::exl3_fast::bound;
 use crate::{Report, SAMPLES};
 use serde_json::json;
-use tf_core::formats::f16_bits_to_f32;
+use tf_core::formats::{f16_bits_to_f32, f32_to_f16_bits};
 use tf_core::rng::SplitMix64;
 use tf_cuda::blas::{Blas, Gemm, rate};
 use tf_cuda::timing::median;
@@ -68,7 +68,41 @@ fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, blas: &mut Blas<
             let what = format!("{us:.1} µs, {tflops:.0} TFLOP/s = {:.2} of bf16", tflops / bf16);
             report.row("time", &case, what, tflops.is_finite());
             report.push("timing", json!({"case": case, "median_us": us, "tflops": tflops, "of_bf16": tflops / bf16}));
+            if k == 3 {
+                parts(gpu, rng, report, blas, (&g, us))?;
+            }
         }
     }
+    Ok(())
+}
+
+/// Where a prompt GEMM's time goes: the fp16 decode of Q, cuBLASLt's GEMM alone, and the rest (the Hadamard steps).
+fn parts(
+    gpu: &Gpu,
+    rng: &mut SplitMix64,
+    report: &mut Report,
+    blas: &mut Blas<'_>,
+    (g, full_us): (&GpuExl3<'_>, f64),
+) -> Result<(), Error> {
+    let (in_p, out_p) = (g.in_p, g.out_p);
+    let mut q = gpu.pool().take(in_p * out_p * 2)?;
+    let xh: Vec<u16> = acts(rng, PROMPT_ROWS * in_p).into_iter().map(f32_to_f16_bits).collect();
+    let xh = gpu.upload(&xh)?;
+    let mut yq = gpu.pool().take(PROMPT_ROWS * out_p * 4)?;
+    let med = |f: &mut dyn FnMut(&Gpu) -> Result<(), Error>| -> Result<f64, Error> {
+        let ms = (0..SAMPLES.min(11)).map(|_| gpu.time_ms(&mut *f)).collect::<Result<Vec<f32>, Error>>()?;
+        Ok(f64::from(median(&ms)) * 1e3)
+    };
+    let dec = med(&mut |gpu| g.decode_q(gpu, &mut q))?;
+    let dims = (PROMPT_ROWS, out_p, in_p);
+    let mm = med(&mut |_| blas.gemm(Gemm::F16F32, xh.dev(), q.dev(), yq.dev_mut(), dims))?;
+    let tflops = 2.0 * (PROMPT_ROWS * in_p * out_p) as f64 / (mm * 1e-6) / 1e12;
+    let case = format!("exl3 forward_gemm parts {PROMPT_ROWS}×{in_p}→{out_p} K={}", g.k);
+    let what = format!(
+        "decode {dec:.1} µs, GEMM alone {mm:.1} µs ({tflops:.0} TFLOP/s), the rest {:.1} µs",
+        full_us - dec - mm
+    );
+    report.row("time", &case, what, mm.is_finite());
+    report.push("timing", json!({"case": case, "decode_us": dec, "gemm_us": mm, "gemm_tflops": tflops}));
     Ok(())
 }
