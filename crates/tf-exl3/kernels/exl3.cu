@@ -82,8 +82,27 @@ __device__ __forceinline__ void fwht_rows(float* v, int rows, int n) {
     __syncthreads();
 }
 
-// fwht_blocks on one 128-block in shared memory, by the whole block.
-__device__ __forceinline__ void fwht128(float* v) { fwht_rows(v, 1, HAD); }
+// fwht_blocks on one 128-block held by a warp (lane l: elements l, l+32, l+64, l+96): the same pairs and roundings, no barriers.
+__device__ __forceinline__ void fwht128_warp(float (&r)[4], int lane) {
+    for (int h = 1; h < 32; h *= 2) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float o = __shfl_xor_sync(0xffffffffu, r[q], h);
+            r[q] = (lane & h) ? __fsub_rn(o, r[q]) : __fadd_rn(r[q], o);
+        }
+    }
+    float a = r[0], b = r[1];
+    r[0] = __fadd_rn(a, b), r[1] = __fsub_rn(a, b);
+    a = r[2], b = r[3];
+    r[2] = __fadd_rn(a, b), r[3] = __fsub_rn(a, b);
+    a = r[0], b = r[2];
+    r[0] = __fadd_rn(a, b), r[2] = __fsub_rn(a, b);
+    a = r[1], b = r[3];
+    r[1] = __fadd_rn(a, b), r[3] = __fsub_rn(a, b);
+    const float norm = 1.0f / sqrtf((float)HAD);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) r[q] = __fmul_rn(r[q], norm);
+}
 }  // namespace
 
 // Grid (in_p/16, out_p/16), 256 threads: q fp16 bits [in_p][out_p] = each tile's states through codebook cb.
@@ -95,20 +114,15 @@ extern "C" __global__ void exl3_decode_q(const u16* __restrict__ trellis, u16* _
     q[(size_t)(tr * 16 + cell / 16) * out_p + tc * 16 + cell % 16] = decode_state(st, cb);
 }
 
-// One 128-block of fwht_blocks(x ⊙ s) for block (blockIdx.x, blockIdx.y) of rows of n; thread t returns value t.
-__device__ __forceinline__ float had_in_value(const float* __restrict__ x, const u16* __restrict__ s, int n) {
-    __shared__ float v[HAD];
-    const size_t at = (size_t)blockIdx.x * n + blockIdx.y * HAD + threadIdx.x;
-    v[threadIdx.x] = __fmul_rn(x[at], f16(s[blockIdx.y * HAD + threadIdx.x]));
-    __syncthreads();
-    fwht128(v);
-    return v[threadIdx.x];
-}
-
-// exl3_had_in rounded to fp16: the prompt GEMM's operand.
+// Grid (rows, ⌈n/1024⌉), 256 threads, a warp per 128-block: y = fwht_blocks(x ⊙ s) rounded to fp16, the prompt GEMM's operand.
 extern "C" __global__ void exl3_had_in_h(const float* __restrict__ x, const u16* __restrict__ s, u16* __restrict__ y, int n) {
-    const float v = had_in_value(x, s, n);
-    y[(size_t)blockIdx.x * n + blockIdx.y * HAD + threadIdx.x] = to_f16(v);
+    const int lane = threadIdx.x & 31, hb = blockIdx.y * 8 + (threadIdx.x >> 5);
+    if (hb * HAD >= n) return;
+    const size_t row = (size_t)blockIdx.x * n;
+    float r[4];
+    for (int q = 0; q < 4; ++q) r[q] = __fmul_rn(x[row + hb * HAD + lane + 32 * q], f16(s[hb * HAD + lane + 32 * q]));
+    fwht128_warp(r, lane);
+    for (int q = 0; q < 4; ++q) y[row + hb * HAD + lane + 32 * q] = to_f16(r[q]);
 }
 
 // One EXL3 linear as the job kernels read it (exl3_mma::dev_row): bias may be null; cb 0 3INST, 1 MCG, 2 MUL1.
@@ -127,39 +141,44 @@ __device__ __forceinline__ const Exl3Dev* job_row(const Exl3Dev* table, const in
     return e >= 0 && e < experts ? table + e : nullptr;
 }
 
-// Grid (jobs·rows, in_p/128), 128 threads: xh[z, r] = fwht_blocks(x[topk ? z / topk : z, r] ⊙ suh), one row of one job per block.
+// Grid (jobs·rows, ⌈in_p/1024⌉), 256 threads, a warp per 128-block: xh[z, r] = fwht_blocks(x[topk ? z / topk : z, r] ⊙ suh).
 extern "C" __global__ void exl3_had_in_j(const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids,
                                          int experts, int topk, float* __restrict__ xh, int rows, int in_p) {
-    __shared__ float v[HAD];
-    const int z = blockIdx.x / rows, r = blockIdx.x % rows, col = blockIdx.y * HAD + threadIdx.x;
+    const int z = blockIdx.x / rows, r = blockIdx.x % rows, lane = threadIdx.x & 31, hb = blockIdx.y * 8 + (threadIdx.x >> 5);
     const Exl3Dev* wt = job_row(table, ids, experts, z);
-    if (!wt) return;
-    const float* xz = x + ((size_t)(ids && topk ? z / topk : z) * rows + r) * in_p;
-    v[threadIdx.x] = __fmul_rn(xz[col], f16(wt->suh[col]));
-    __syncthreads();
-    fwht128(v);
-    xh[((size_t)z * rows + r) * in_p + col] = v[threadIdx.x];
+    if (!wt || hb * HAD >= in_p) return;
+    const float* xz = x + ((size_t)(ids && topk ? z / topk : z) * rows + r) * in_p + hb * HAD;
+    float v[4];
+    for (int q = 0; q < 4; ++q) v[q] = __fmul_rn(xz[lane + 32 * q], f16(wt->suh[hb * HAD + lane + 32 * q]));
+    fwht128_warp(v, lane);
+    for (int q = 0; q < 4; ++q) xh[((size_t)z * rows + r) * in_p + hb * HAD + lane + 32 * q] = v[q];
 }
 
-// Grid (jobs·rows, out_p/128), 128 threads: y[z, r] = fwht_blocks(Σ_s part[z, s, r] in s order) ⊙ svh (+ bias); NaN for an invalid id.
+// Grid (jobs·rows, ⌈out_p/1024⌉), 256 threads, a warp per 128-block: y[z, r] = fwht_blocks(Σ_s part[z, s, r] in s order) ⊙ svh (+ bias).
 extern "C" __global__ void exl3_had_out_j(const float* __restrict__ part, const Exl3Dev* __restrict__ table, const int* __restrict__ ids,
                                           int experts, float* __restrict__ y, int rows, int out_p, int splits) {
-    __shared__ float v[HAD];
-    const int z = blockIdx.x / rows, r = blockIdx.x % rows, col = blockIdx.y * HAD + threadIdx.x;
+    const int z = blockIdx.x / rows, r = blockIdx.x % rows, lane = threadIdx.x & 31, hb = blockIdx.y * 8 + (threadIdx.x >> 5);
+    if (hb * HAD >= out_p) return;
     const Exl3Dev* wt = job_row(table, ids, experts, z);
-    const size_t at = ((size_t)z * rows + r) * out_p + col;
+    float* yr = y + ((size_t)z * rows + r) * out_p + hb * HAD;
     if (!wt) {
-        y[at] = __int_as_float(0x7fc00000);
+        for (int q = 0; q < 4; ++q) yr[lane + 32 * q] = __int_as_float(0x7fc00000);
         return;
     }
-    float sum = 0.0f;
-    for (int s2 = 0; s2 < splits; ++s2) sum = __fadd_rn(sum, part[(((size_t)z * splits + s2) * rows + r) * out_p + col]);
-    v[threadIdx.x] = sum;
-    __syncthreads();
-    fwht128(v);
-    float o = __fmul_rn(v[threadIdx.x], f16(wt->svh[col]));
-    if (wt->bias) o = __fadd_rn(o, wt->bias[col]);
-    y[at] = o;
+    float v[4];
+    for (int q = 0; q < 4; ++q) {
+        float sum = 0.0f;
+        for (int s2 = 0; s2 < splits; ++s2)
+            sum = __fadd_rn(sum, part[(((size_t)z * splits + s2) * rows + r) * out_p + hb * HAD + lane + 32 * q]);
+        v[q] = sum;
+    }
+    fwht128_warp(v, lane);
+    for (int q = 0; q < 4; ++q) {
+        const int col = hb * HAD + lane + 32 * q;
+        float o = __fmul_rn(v[q], f16(wt->svh[col]));
+        if (wt->bias) o = __fadd_rn(o, wt->bias[col]);
+        yr[lane + 32 * q] = o;
+    }
 }
 
 // ---- Fast path (tolerance, not bits): states decoded straight into mma B fragments, x as fp16 hi + lo·2^11 rows, f32 accumulation.

@@ -84,7 +84,7 @@ impl<'g> GpuExl3<'g> {
         Ok(y)
     }
 
-    /// `y = x·W (+ bias)` for prompt rows: `Q` decoded to fp16, x rotated to fp16, cuBLASLt's fp16 GEMM (f32 sums), Hadamard out.
+    /// `y = x·W (+ bias)` for prompt rows: `Q` decoded to fp16 (lanes, bit for bit), x rotated to fp16, cuBLASLt's fp16 GEMM (f32 sums), Hadamard out.
     pub fn forward_gemm(
         &self,
         gpu: &'g Gpu,
@@ -102,14 +102,14 @@ impl<'g> GpuExl3<'g> {
             return Err(Error::Launch { op: OP, what: format!("{rows} rows exceed one launch's grid") });
         }
         let mut q = gpu.pool().take(self.in_p * self.out_p * 2)?;
-        self.decode_q(gpu, &mut q)?;
+        self.decode_frag(gpu, &mut q)?;
         let mut xh = gpu.pool().take(rows * self.in_p * 2)?;
         let f = gpu.function(&EXL3.spec(&[]), "exl3_had_in_h")?;
         let in_i = as_i32(OP, "in", self.in_p)?;
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(x.dev()).arg(self.suh.dev()).arg(xh.dev_mut()).arg(&in_i);
         // SAFETY: arguments match `exl3_had_in_h(const float*, const u16*, u16*, int)`; x checked, xh sized here.
-        unsafe { launch.launch(grid((rows, self.in_p / HAD), HAD as u32, 0)) }
+        unsafe { launch.launch(had_grid(rows, self.in_p)) }
             .doing(|| format!("launching exl3_had_in_h on {rows} rows"))?;
         let mut yq = gpu.pool().take(rows * self.out_p * 4)?;
         blas.gemm(Gemm::F16F32, xh.dev(), q.dev(), yq.dev_mut(), (rows, self.out_p, self.in_p))?;
@@ -235,8 +235,7 @@ pub(crate) fn launch_exact(
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(xh.dev_mut()).arg(&rows_i).arg(&in_i);
     // SAFETY: arguments match exl3_had_in_j's signature; callers checked x, xh holds every job's rows.
-    unsafe { launch.launch(grid((n, in_p / HAD), HAD as u32, 0)) }
-        .doing(|| format!("launching exl3_had_in_j on {n} rows"))?;
+    unsafe { launch.launch(had_grid(n, in_p)) }.doing(|| format!("launching exl3_had_in_j on {n} rows"))?;
     let mut part = gpu.pool().take(n * splits * out_p * 4)?;
     for &k in ks {
         let f = fast_fn(gpu, "exl3_gemv_ord", k, codebook)?;
@@ -273,7 +272,11 @@ fn had_out_j(
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(part.dev()).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(y).arg(&rows_i).arg(&out_i).arg(&splits_i);
     // SAFETY: arguments match exl3_had_out_j's signature; part checked above, y by the callers.
-    unsafe { launch.launch(grid((jobs.count * rows, out_p / HAD), HAD as u32, 0)) }
-        .doing(|| format!("launching {OP}"))?;
+    unsafe { launch.launch(had_grid(jobs.count * rows, out_p)) }.doing(|| format!("launching {OP}"))?;
     Ok(())
+}
+
+/// The Hadamard kernels' launch: a block per row and 8 Hadamard blocks of `width`, a warp each.
+fn had_grid(rows: usize, width: usize) -> cudarc::driver::LaunchConfig {
+    grid((rows, (width / HAD).div_ceil(8)), 256, 0)
 }

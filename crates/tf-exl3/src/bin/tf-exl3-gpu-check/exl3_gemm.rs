@@ -93,7 +93,7 @@ fn parts(
         let ms = (0..SAMPLES.min(11)).map(|_| gpu.time_ms(&mut *f)).collect::<Result<Vec<f32>, Error>>()?;
         Ok(f64::from(median(&ms)) * 1e3)
     };
-    let dec = med(&mut |gpu| g.decode_q(gpu, &mut q))?;
+    let dec = med(&mut |gpu| g.decode_frag(gpu, &mut q))?;
     let dims = (PROMPT_ROWS, out_p, in_p);
     let mm = med(&mut |_| blas.gemm(Gemm::F16F32, xh.dev(), q.dev(), yq.dev_mut(), dims))?;
     let tflops = 2.0 * (PROMPT_ROWS * in_p * out_p) as f64 / (mm * 1e-6) / 1e12;
