@@ -31,9 +31,9 @@ impl GpuModel {
         let (heads, d, rd, w) = (cfg.n_heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
         let cs = call.cs(role.rope);
         let (qr, q, kv) = self.phase("attn: q, kv", || {
-            let xq = Acts::quantize(gpu, x, rows, cfg.dim)?;
+            let xq = Acts::new(x, rows, cfg.dim);
             let qr = self.norm(&a.wq_a.forward(gpu, &xq)?, &a.q_norm, rows, cfg.q_lora_rank)?;
-            let mut q = a.wq_b.forward(gpu, &Acts::quantize(gpu, &qr, rows, cfg.q_lora_rank)?)?;
+            let mut q = a.wq_b.forward(gpu, &Acts::new(&qr, rows, cfg.q_lora_rank))?;
             ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
             let mut kv = self.norm(&a.wkv.forward(gpu, &xq)?, &a.kv_norm, rows, d)?;
             ops::rope(gpu, &mut kv.view_mut(), &cs.view(), (rows, 1, d, rd), false)?;
@@ -69,9 +69,7 @@ impl GpuModel {
         let ring = &mut lane.windows[role.layer];
         ops::scatter_rows(gpu, &kv.view(), &mut ring.view_mut(), &call.slots.view(), (rows, d * 2, w))?;
         let u = self.phase("attn: wo_a", || a.wo_a.forward(gpu, &o, Io::Bf16, Io::Bf16, rows, cfg.o_groups))?;
-        self.phase("attn: wo_b", || {
-            a.wo_b.forward(gpu, &Acts::quantize(gpu, &u, rows, cfg.o_groups * cfg.o_lora_rank)?)
-        })
+        self.phase("attn: wo_b", || a.wo_b.forward(gpu, &Acts::new(&u, rows, cfg.o_groups * cfg.o_lora_rank)))
     }
 
     /// The layer whose selection (`[rows, index_topk]` key ids in `shared.sel`) this layer uses; `None` for window-only layers.
@@ -134,7 +132,7 @@ impl GpuModel {
             return gpu.upload(&vec![ops::KEY_NONE; rows * topk]);
         }
         let mut sel = gpu.pool().take(rows * topk * 4)?;
-        let mut q = ix.wq_b.forward(gpu, &Acts::quantize(gpu, qr, rows, cfg.q_lora_rank)?)?;
+        let mut q = ix.wq_b.forward(gpu, &Acts::new(qr, rows, cfg.q_lora_rank))?;
         ops::rope(gpu, &mut q.view_mut(), &call.cs(role.rope).view(), (rows, heads, hd, rd), false)?;
         ops::qdq_fp4(gpu, &mut q.view_mut(), rows * heads * hd, 32, Fp4Scale::E8m0)?;
         let wts = ix.weights_proj.forward(gpu, x, Io::Bf16, Io::Bf16, rows, 1)?;

@@ -273,7 +273,7 @@ impl GpuModel {
         let mut run = || -> Result<(), Error> {
             let e: Vec<u16> = e.iter().map(|v| v.to_bits()).collect();
             let ed = self.gpu.upload(&e)?;
-            let kv = g.wkv.forward_f32(self.gpu, &Acts::quantize(self.gpu, &ed, s.rows, width)?)?;
+            let kv = g.wkv.forward_f32(self.gpu, &Acts::new(&ed, s.rows, width))?;
             ops::engram_gate(
                 self.gpu,
                 &mut s.x.view_mut(),

@@ -26,21 +26,21 @@ impl GpuModel {
         if let Some(log) = super::model::unlocked(&self.route_log).as_mut() {
             log.push(gpu.download::<i32>(&ids)?);
         }
-        let xq = Acts::quantize(gpu, x, rows, dim)?;
+        let xq = Acts::new(x, rows, dim);
         let pairs = rows * topk;
         let down = self.phase("moe: routed experts", || {
             let g = m.w1.routed(gpu, &ids, &xq, topk, true, pairs)?;
             let u = m.w3.routed(gpu, &ids, &xq, topk, true, pairs)?;
             let mut h = gpu.pool().take(pairs * inter * 2)?;
             ops::swiglu(gpu, &g.view(), &u.view(), Some(&wts.view()), &mut h.view_mut(), (pairs, inter), m.limit)?;
-            m.w2.routed(gpu, &ids, &Acts::quantize(gpu, &h, pairs, inter)?, topk, false, pairs)
+            m.w2.routed(gpu, &ids, &Acts::new(&h, pairs, inter), topk, false, pairs)
         })?;
         let [s1, s2, s3] = &m.shared;
         let (sg, su) = (s1.forward_f32(gpu, &xq)?, s3.forward_f32(gpu, &xq)?);
         let sinter = s1.n;
         let mut sh = gpu.pool().take(rows * sinter * 2)?;
         ops::swiglu(gpu, &sg.view(), &su.view(), None, &mut sh.view_mut(), (rows, sinter), m.limit)?;
-        let sd = s2.forward_f32(gpu, &Acts::quantize(gpu, &sh, rows, sinter)?)?;
+        let sd = s2.forward_f32(gpu, &Acts::new(&sh, rows, sinter))?;
         let mut y = gpu.pool().take(rows * dim * 2)?;
         ops::moe_combine(gpu, &down.view(), &ids.view(), &sd.view(), &mut y.view_mut(), (rows, topk, dim))?;
         Ok(y)

@@ -27,8 +27,8 @@ pub struct Acts<'x> {
 
 impl<'x> Acts<'x> {
     /// `rows × k` bf16 (`x`); an FP8/FP4 weight quantizes it as the CPU's `QuantActs` does (bit-exact), EXL3 reads it as is.
-    pub fn quantize(_gpu: &'static Gpu, x: &'x Buf, rows: usize, k: usize) -> Result<Acts<'x>, Error> {
-        Ok(Acts { x, rows, k, fp8: OnceCell::new() })
+    pub fn new(x: &'x Buf, rows: usize, k: usize) -> Acts<'x> {
+        Acts { x, rows, k, fp8: OnceCell::new() }
     }
 
     /// The E4M3 codes and scales, quantized once.

@@ -19,15 +19,26 @@ pub fn acts(rng: &mut SplitMix64, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.normal()).collect()
 }
 
+/// A random weight of one of [`cases`] (with a bias when `bias`), uploaded, and the case's name.
+pub fn case_weight<'g>(
+    gpu: &'g Gpu,
+    rng: &mut SplitMix64,
+    (in_p, out_p, k, cb): (usize, usize, usize, Codebook),
+    bias: bool,
+) -> Result<(Exl3Weight, GpuExl3<'g>, String), Error> {
+    let mut w: Exl3Weight = random_weight(rng, (in_p, out_p, k), cb, 1.0);
+    if bias {
+        w.bias = Some(acts(rng, out_p));
+    }
+    let g = GpuExl3::upload(gpu, &w)?;
+    Ok((w, g, format!("{in_p}×{out_p} K={k} {cb:?}")))
+}
+
 /// Declared before measuring: tolerance 0 for both, as every kernel step is the CPU's operation in the CPU's order.
 pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) -> Result<(), Error> {
-    for (i, (in_p, out_p, k, cb)) in cases().into_iter().enumerate() {
-        let mut w: Exl3Weight = random_weight(rng, (in_p, out_p, k), cb, 1.0);
-        if i % 5 == 0 {
-            w.bias = Some(acts(rng, out_p));
-        }
-        let g = GpuExl3::upload(gpu, &w)?;
-        let case = format!("{in_p}×{out_p} K={k} {cb:?}");
+    for (i, shape) in cases().into_iter().enumerate() {
+        let (w, g, case) = case_weight(gpu, rng, shape, i % 5 == 0)?;
+        let (in_p, out_p) = (w.in_p, w.out_p);
         let mut q = gpu.pool().take(in_p * out_p * 2)?;
         g.decode_q(gpu, &mut q)?;
         let got: Vec<u16> = gpu.download(&q)?;

@@ -1,6 +1,6 @@
 //! The tensor-core EXL3 path against the CPU: its register decode bit for bit, `forward` within a declared bound, cold timing.
 
-use crate::exl3::{acts, cases};
+use crate::exl3::{acts, case_weight, cases};
 use crate::{Report, SAMPLES, time_row};
 use serde_json::json;
 use tf_core::formats::f16_bits_to_f32;
@@ -37,13 +37,9 @@ pub fn bound(w: &Exl3Weight, q: &[f32], x: &[f32], want: &[f32], rel: f64) -> Ve
 }
 
 pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) -> Result<(), Error> {
-    for (i, (in_p, out_p, k, cb)) in cases().into_iter().enumerate() {
-        let mut w: Exl3Weight = random_weight(rng, (in_p, out_p, k), cb, 1.0);
-        if i % 5 == 1 {
-            w.bias = Some(acts(rng, out_p));
-        }
-        let g = GpuExl3::upload(gpu, &w)?;
-        let case = format!("{in_p}×{out_p} K={k} {cb:?}");
+    for (i, shape) in cases().into_iter().enumerate() {
+        let (w, g, case) = case_weight(gpu, rng, shape, i % 5 == 1)?;
+        let (in_p, out_p) = (w.in_p, w.out_p);
         let q_cpu = w.decode_q();
         let mut q = gpu.pool().take(in_p * out_p * 2)?;
         g.decode_frag(gpu, &mut q)?;
