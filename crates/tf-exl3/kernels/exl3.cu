@@ -141,19 +141,6 @@ __device__ __forceinline__ const Exl3Dev* job_row(const Exl3Dev* table, const in
     return e >= 0 && e < experts ? table + e : nullptr;
 }
 
-// Grid (jobs·rows, ⌈in_p/1024⌉), 256 threads, a warp per 128-block: xh[z, r] = fwht_blocks(x[topk ? z / topk : z, r] ⊙ suh).
-extern "C" __global__ void exl3_had_in_j(const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids,
-                                         int experts, int topk, float* __restrict__ xh, int rows, int in_p) {
-    const int z = blockIdx.x / rows, r = blockIdx.x % rows, lane = threadIdx.x & 31, hb = blockIdx.y * 8 + (threadIdx.x >> 5);
-    const Exl3Dev* wt = job_row(table, ids, experts, z);
-    if (!wt || hb * HAD >= in_p) return;
-    const float* xz = x + ((size_t)(ids && topk ? z / topk : z) * rows + r) * in_p + hb * HAD;
-    float v[4];
-    for (int q = 0; q < 4; ++q) v[q] = __fmul_rn(xz[lane + 32 * q], f16(wt->suh[hb * HAD + lane + 32 * q]));
-    fwht128_warp(v, lane);
-    for (int q = 0; q < 4; ++q) xh[((size_t)z * rows + r) * in_p + hb * HAD + lane + 32 * q] = v[q];
-}
-
 // Grid (jobs·rows, ⌈out_p/1024⌉), 256 threads, a warp per 128-block: y[z, r] = fwht_blocks(Σ_s part[z, s, r] in s order) ⊙ svh (+ bias).
 extern "C" __global__ void exl3_had_out_j(const float* __restrict__ part, const Exl3Dev* __restrict__ table, const int* __restrict__ ids,
                                           int experts, float* __restrict__ y, int rows, int out_p, int splits) {
@@ -451,49 +438,78 @@ extern "C" __global__ void __launch_bounds__(256, 3) exl3_gemv_mma(
     }
 }
 
-// Grid (out_p/128, splits, jobs), 256 threads: part[z, s, r0 + r, c] = Σ_{i in split s} xh·Q in i order from +0 (r < 8); other K leave.
-extern "C" __global__ void __launch_bounds__(256) exl3_gemv_ord(const float* __restrict__ xh, const Exl3Dev* __restrict__ table,
-                                                               const int* __restrict__ ids, int experts, float* __restrict__ part,
-                                                               int rows, int r0, int n_rows, int in_p, int out_p, int split_tiles) {
-    constexpr int K = EXL3_K, WORDS = 8 * K;
+namespace {
+// Waits until at most n of this thread's cp.async groups are pending (n clamped to 0..3).
+__device__ __forceinline__ void wait_pending(int n) {
+    if (n >= 3) asm volatile("cp.async.wait_group 3;");
+    else if (n == 2) asm volatile("cp.async.wait_group 2;");
+    else if (n == 1) asm volatile("cp.async.wait_group 1;");
+    else asm volatile("cp.async.wait_group 0;");
+}
+}  // namespace
+
+// Grid (out_p/128, splits, jobs), 256 threads, per K: x rotated in f32, warp w sums its tile column in input order, the last split rotates out.
+extern "C" __global__ void __launch_bounds__(256) exl3_gemv_exact(
+    const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids, int experts, int topk,
+    float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int r0, int n_rows, int in_p, int out_p,
+    int split_tiles) {
+    constexpr int K = EXL3_K, WORDS = 8 * K, CHUNKS = WORDS / 4;
     extern __shared__ __align__(16) unsigned char smem[];
-    const int cg = blockIdx.x, s = blockIdx.y, splits = gridDim.y, z = blockIdx.z, t = threadIdx.x, lane = t & 31, w = t >> 5;
+    __shared__ int last;
+    const int cg = blockIdx.x, groups = gridDim.x, s = blockIdx.y, splits = gridDim.y, z = blockIdx.z;
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5, tn = out_p / 16;
     const Exl3Dev* wt = job_row(table, ids, experts, z);
-    if (!wt || wt->k != K) return;
-    const int t0 = s * split_tiles, tiles = min(split_tiles, in_p / 16 - t0), tn = out_p / 16, n = tiles * 16;
-    u32* recs = reinterpret_cast<u32*>(smem);
-    u32* q_s = recs + split_tiles * MMA_WARPS * WORDS;
-    float* x_s = reinterpret_cast<float*>(q_s + 2 * MMA_WARPS * 128);
-    // The split's records (8 adjacent tiles per k-tile row) stream in while the x rows load.
-    const int rec_chunks = MMA_WARPS * WORDS / 4;
-    for (int i = t; i < tiles * rec_chunks; i += blockDim.x) {
-        const int kk = i / rec_chunks, c = i % rec_chunks;
-        cp16(recs + kk * MMA_WARPS * WORDS + c * 4, wt->trellis + ((size_t)(t0 + kk) * tn + cg * MMA_WARPS) * 16 * K + c * 8);
+    float* yz = y + ((size_t)z * rows + r0) * out_p + cg * HAD;
+    if (!wt) {
+        for (int j = t; s == 0 && j < n_rows * HAD; j += blockDim.x) yz[(size_t)(j / HAD) * out_p + j % HAD] = __int_as_float(0x7fc00000);
+        return;
     }
-    asm volatile("cp.async.commit_group;");
-    const float* x = xh + ((size_t)z * rows + r0) * in_p + t0 * 16;
-    for (int i = t; i < n_rows * n; i += blockDim.x) x_s[i] = x[(size_t)(i / n) * in_p + i % n];
-    asm volatile("cp.async.wait_group 0;");
+    if (wt->k != K) return;
+    const int t0 = s * split_tiles, tiles = min(split_tiles, in_p / 16 - t0), n = tiles * 16;
+    const int per = (tiles + 3) / 4, stages = (tiles + per - 1) / per;
+    u32* recs = reinterpret_cast<u32*>(smem) + w * split_tiles * WORDS;
+    u32* qw = reinterpret_cast<u32*>(smem) + MMA_WARPS * split_tiles * WORDS + w * 256;
+    float* x_s = reinterpret_cast<float*>(reinterpret_cast<u32*>(smem) + MMA_WARPS * (split_tiles * WORDS + 256));
+    // Warp w streams its own tile column's records in up to four stages, so decoding starts after the first.
+    const u16* col = wt->trellis + ((size_t)t0 * tn + cg * MMA_WARPS + w) * 16 * K;
+    for (int g = 0; g < stages; ++g) {
+        const int k0 = g * per, kn = min(per, tiles - k0);
+        for (int i = lane; i < kn * CHUNKS; i += 32) {
+            const int kk = k0 + i / CHUNKS, c = i % CHUNKS;
+            cp16(recs + kk * WORDS + c * 4, col + (size_t)kk * tn * 16 * K + c * 8);
+        }
+        asm volatile("cp.async.commit_group;");
+    }
+    // x ⊙ suh rotated per 128-block, a warp per (row, block): the pairs and roundings of exl3_had_in_h.
+    const float* xz = x + ((size_t)(ids && topk ? z / topk : z) * rows + r0) * in_p + t0 * 16;
+    const u16* suh = wt->suh + t0 * 16;
+    for (int b = w; b < n_rows * (n / HAD); b += MMA_WARPS) {
+        const int r = b / (n / HAD), hb = b % (n / HAD);
+        float v[4];
+        for (int q = 0; q < 4; ++q) v[q] = __fmul_rn(xz[(size_t)r * in_p + hb * HAD + lane + 32 * q], f16(suh[hb * HAD + lane + 32 * q]));
+        fwht128_warp(v, lane);
+        for (int q = 0; q < 4; ++q) x_s[r * n + hb * HAD + lane + 32 * q] = v[q];
+    }
     __syncthreads();
     const Lane ln = lane_window(lane);
     const int g = lane / 4, tq = lane % 4;
-    // Lane (g, t)'s pairs are rows (2t, 2t+1) and (2t+8, 2t+9) of columns g and g+8: stored column-major, one u32 per pair.
-    auto decode = [&](int kk, int buf) {
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int kk = 0; kk < tiles; ++kk) {
+        if (kk % per == 0) {
+            wait_pending(stages - 1 - kk / per);
+            __syncwarp();
+        }
         u32 b[4];
-        lane_frag(recs + (kk * MMA_WARPS + w) * WORDS, ln, b);
-        u32* q = q_s + (buf * MMA_WARPS + w) * 128;
+        lane_frag(recs + kk * WORDS, ln, b);
+        // Lane (g, t)'s pairs are rows (2t, 2t+1) and (2t+8, 2t+9) of columns g and g+8: stored column-major, one u32 per pair.
+        u32* q = qw + (kk & 1) * 128;
         q[g * 8 + tq] = b[0];
         q[g * 8 + 4 + tq] = b[1];
         q[(g + 8) * 8 + tq] = b[2];
         q[(g + 8) * 8 + 4 + tq] = b[3];
-    };
-    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    decode(0, 0);
-    __syncthreads();
-    for (int kk = 0; kk < tiles; ++kk) {
-        if (kk + 1 < tiles) decode(kk + 1, (kk + 1) & 1);
-        if (t < 128) {
-            const uint4* qp = reinterpret_cast<const uint4*>(q_s + ((kk & 1) * MMA_WARPS + t / 16) * 128 + (t % 16) * 8);
+        __syncwarp();
+        if (lane < 16) {
+            const uint4* qp = reinterpret_cast<const uint4*>(q + lane * 8);
             const uint4 lo = qp[0], hi = qp[1];
             const u32 words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
             float qv[16];
@@ -511,13 +527,38 @@ extern "C" __global__ void __launch_bounds__(256) exl3_gemv_ord(const float* __r
                 }
             }
         }
-        __syncthreads();
     }
-    if (t < 128) {
+    float* pz = part + ((size_t)z * splits * rows + r0) * out_p + cg * HAD + w * 16 + lane;
+    if (lane < 16) {
 #pragma unroll
         for (int r = 0; r < 8; ++r)
-            if (r < n_rows) part[(((size_t)z * splits + s) * rows + r0 + r) * out_p + cg * HAD + t] = acc[r];
+            if (r < n_rows) pz[((size_t)s * rows + r) * out_p] = acc[r];
     }
+    __threadfence();
+    __syncthreads();
+    u32* dz = done + (size_t)z * groups + cg;
+    if (t == 0) last = atomicAdd(dz, 1u) == (u32)splits - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // Warp r finishes row r as exl3_had_out_j does: the splits added in order from +0, rotated, scaled (+ bias).
+    if (w < n_rows) {
+        const float* src = part + (((size_t)z * splits * rows) + r0 + w) * out_p + cg * HAD;
+        float v[4];
+        for (int q = 0; q < 4; ++q) {
+            float sum = 0.0f;
+            for (int s2 = 0; s2 < splits; ++s2) sum = __fadd_rn(sum, __ldcg(src + (size_t)s2 * rows * out_p + lane + 32 * q));
+            v[q] = sum;
+        }
+        fwht128_warp(v, lane);
+        for (int q = 0; q < 4; ++q) {
+            const int c = cg * HAD + lane + 32 * q;
+            float o = __fmul_rn(v[q], f16(wt->svh[c]));
+            if (wt->bias) o = __fadd_rn(o, wt->bias[c]);
+            yz[(size_t)w * out_p + lane + 32 * q] = o;
+        }
+    }
+    if (t == 0) *dz = 0;
 }
 
 // Grid (rows), 256 threads: bf16 rows of k values to f32 rows of k_p (zeros past k), the padded input EXL3 linears take.

@@ -3,7 +3,7 @@
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
 use crate::exl3::{Exl3Weight, HAD, SPLIT};
 use crate::exl3_mma::{
-    EXL3_MMA_ROWS, Exl3Kernels, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, ord_smem_bytes,
+    EXL3_MMA_ROWS, Exl3Kernels, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, exact_smem_bytes,
     prepare, rows_in, rows_out,
 };
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
@@ -11,7 +11,7 @@ use tf_cuda::blas::{Blas, Gemm};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu, PoolBuf, grid};
 
-/// Rows one `exl3_gemv_ord` launch takes; more run as further launches (a row never depends on the others).
+/// Rows one `exl3_gemv_exact` launch takes; more run as further launches (a row never depends on the others).
 pub const EXL3_MAX_ROWS: usize = 8;
 /// One EXL3 linear on a GPU: the `(in_p, out_p)` trellis, fp16 `suh`/`svh` and an f32 bias, as `Exl3Weight` holds them.
 #[derive(Debug)]
@@ -202,7 +202,7 @@ impl<'g> GpuExl3<'g> {
     }
 }
 
-/// The exact path for `jobs`, each `rows` rows: Hadamard in, split sums in order ([`SPLIT`] inputs each), the splits added and Hadamard out.
+/// The exact path for `jobs`, each `rows` rows, one launch per K and 8 rows: Hadamard in, split sums in order ([`SPLIT`] inputs each), the splits added and Hadamard out.
 pub(crate) fn launch_exact(
     gpu: &Gpu,
     (in_p, out_p, rows): (usize, usize, usize),
@@ -211,7 +211,7 @@ pub(crate) fn launch_exact(
     x: &CudaView<'_, u8>,
     y: &mut CudaViewMut<'_, u8>,
 ) -> Result<(), Error> {
-    const OP: &str = "exl3 exact";
+    const OP: &str = "exl3_gemv_exact";
     let n = jobs.count * rows;
     if y.len() < bytes(OP, bytes(OP, n, out_p)?, 4)? {
         return Err(Error::Launch {
@@ -219,6 +219,7 @@ pub(crate) fn launch_exact(
             what: format!("y holds {} bytes, {n} rows of {out_p} need more", y.len()),
         });
     }
+    check_len(OP, "done", jobs.done, bytes(OP, jobs.count * (out_p / HAD), 4)?)?;
     if n == 0 {
         return Ok(());
     }
@@ -230,28 +231,22 @@ pub(crate) fn launch_exact(
     let count =
         count.ok_or_else(|| Error::Launch { op: OP, what: format!("{} jobs exceed one launch's grid", jobs.count) })?;
     let ids = jobs.ids.unwrap_or(0);
-    let mut xh = gpu.pool().take(n * in_p * 4)?;
-    let f = gpu.function(&EXL3.spec(&[]), "exl3_had_in_j")?;
-    let mut launch = gpu.stream().launch_builder(&f);
-    launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(xh.dev_mut()).arg(&rows_i).arg(&in_i);
-    // SAFETY: arguments match exl3_had_in_j's signature; callers checked x, xh holds every job's rows.
-    unsafe { launch.launch(had_grid(n, in_p)) }.doing(|| format!("launching exl3_had_in_j on {n} rows"))?;
     let mut part = gpu.pool().take(n * splits * out_p * 4)?;
     for &k in ks {
-        let f = fast_fn(gpu, "exl3_gemv_ord", k, codebook)?;
+        let f = fast_fn(gpu, OP, k, codebook)?;
         for r0 in (0..rows).step_by(EXL3_MAX_ROWS) {
             let m = EXL3_MAX_ROWS.min(rows - r0);
             let (r0_i, m_i) = (r0 as i32, m as i32);
             let mut launch = gpu.stream().launch_builder(&f);
-            launch.arg(xh.dev()).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(part.dev_mut()).arg(&rows_i);
-            launch.arg(&r0_i).arg(&m_i).arg(&in_i).arg(&out_i).arg(&st);
-            let mut cfg = grid((out_p / HAD, splits), 256, ord_smem_bytes(k, m));
+            launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(&mut *y).arg(part.dev_mut());
+            launch.arg(jobs.done.dev()).arg(&rows_i).arg(&r0_i).arg(&m_i).arg(&in_i).arg(&out_i).arg(&st);
+            let mut cfg = grid((out_p / HAD, splits), 256, exact_smem_bytes(k, m));
             cfg.grid_dim.2 = count;
-            // SAFETY: arguments match exl3_gemv_ord's signature; xh and part hold every job's rows and splits.
-            unsafe { launch.launch(cfg) }.doing(|| format!("launching exl3_gemv_ord on {m} rows × {in_p}×{out_p}"))?;
+            // SAFETY: arguments match exl3_gemv_exact's signature; callers checked x, y is checked above, part holds every job's splits.
+            unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {m} rows × {in_p}×{out_p}"))?;
         }
     }
-    had_out_j(gpu, (out_p, rows, splits), jobs, &part, y)
+    Ok(())
 }
 
 /// y = fwht_blocks(Σ_s part[s] in order) ⊙ svh (+ bias) per job row; NaN rows for an invalid id.

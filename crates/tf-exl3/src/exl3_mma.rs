@@ -67,15 +67,15 @@ pub(crate) fn fast_fn(gpu: &Gpu, entry: &str, k: usize, codebook: i32) -> Result
     gpu.function(&EXL3.spec(&[("EXL3_K", &k), ("EXL3_CB", &cb)]), entry)
 }
 
-/// Dynamic shared memory of `exl3_gemv_ord` for `rows` rows: one split's records, two buffers of decoded tiles, x.
-pub(crate) fn ord_smem_bytes(k: usize, rows: usize) -> usize {
+/// Dynamic shared memory of `exl3_gemv_exact` for `rows` rows: one split's records, two buffers of decoded tiles per warp, x.
+pub(crate) fn exact_smem_bytes(k: usize, rows: usize) -> usize {
     SPLIT / 16 * 8 * 8 * k * 4 + 2 * 8 * 128 * 4 + rows * SPLIT * 4
 }
 
 /// Compiles both kernels for (K, codebook) and allows them the shared memory of their most rows on this shape, outside graph capture.
 pub(crate) fn prepare(gpu: &Gpu, k: usize, codebook: i32, (in_p, out_p): (usize, usize)) -> Result<(), Error> {
     let fast = MmaPlan::new(in_p, out_p).smem_bytes(k, EXL3_MMA_ROWS);
-    for (entry, smem) in [("exl3_gemv_mma", fast), ("exl3_gemv_ord", ord_smem_bytes(k, 8))] {
+    for (entry, smem) in [("exl3_gemv_mma", fast), ("exl3_gemv_exact", exact_smem_bytes(k, 8))] {
         let f = fast_fn(gpu, entry, k, codebook)?;
         if smem > SMEM_DEFAULT {
             let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
