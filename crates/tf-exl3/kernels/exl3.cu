@@ -448,12 +448,15 @@ __device__ __forceinline__ void wait_pending(int n) {
 }
 }  // namespace
 
-// Grid (out_p/128, splits, jobs), 256 threads, per K: x rotated in f32, warp w sums its tile column in input order, the last split rotates out.
-extern "C" __global__ void __launch_bounds__(256) exl3_gemv_exact(
+// Warps of exl3_gemv_exact: each owns two adjacent tile columns (32 outputs), a lane per output.
+#define EXACT_WARPS 4
+
+// Grid (out_p/128, splits, jobs), 128 threads, per K: x rotated in f32, each lane sums one output over its split in input order, the last split rotates out.
+extern "C" __global__ void __launch_bounds__(128) exl3_gemv_exact(
     const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids, int experts, int topk,
     float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int r0, int n_rows, int in_p, int out_p,
     int split_tiles) {
-    constexpr int K = EXL3_K, WORDS = 8 * K, CHUNKS = WORDS / 4;
+    constexpr int K = EXL3_K, WORDS = 8 * K, CHUNKS = 2 * WORDS / 4;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int last;
     const int cg = blockIdx.x, groups = gridDim.x, s = blockIdx.y, splits = gridDim.y, z = blockIdx.z;
@@ -467,73 +470,82 @@ extern "C" __global__ void __launch_bounds__(256) exl3_gemv_exact(
     if (wt->k != K) return;
     const int t0 = s * split_tiles, tiles = min(split_tiles, in_p / 16 - t0), n = tiles * 16;
     const int per = (tiles + 3) / 4, stages = (tiles + per - 1) / per;
-    u32* recs = reinterpret_cast<u32*>(smem) + w * split_tiles * WORDS;
-    u32* qw = reinterpret_cast<u32*>(smem) + MMA_WARPS * split_tiles * WORDS + w * 256;
-    float* x_s = reinterpret_cast<float*>(reinterpret_cast<u32*>(smem) + MMA_WARPS * (split_tiles * WORDS + 256));
-    // Warp w streams its own tile column's records in up to four stages, so decoding starts after the first.
-    const u16* col = wt->trellis + ((size_t)t0 * tn + cg * MMA_WARPS + w) * 16 * K;
+    u32* recs = reinterpret_cast<u32*>(smem) + w * 2 * split_tiles * WORDS;
+    u32* qw = reinterpret_cast<u32*>(smem) + EXACT_WARPS * 2 * split_tiles * WORDS + w * 512;
+    float* x_s = reinterpret_cast<float*>(reinterpret_cast<u32*>(smem) + EXACT_WARPS * (2 * split_tiles * WORDS + 512));
+    // Warp w streams its two tile columns' records (adjacent in memory) in up to four stages, so decoding starts after the first.
+    const u16* col = wt->trellis + ((size_t)t0 * tn + cg * 8 + 2 * w) * 16 * K;
     for (int g = 0; g < stages; ++g) {
         const int k0 = g * per, kn = min(per, tiles - k0);
         for (int i = lane; i < kn * CHUNKS; i += 32) {
             const int kk = k0 + i / CHUNKS, c = i % CHUNKS;
-            cp16(recs + kk * WORDS + c * 4, col + (size_t)kk * tn * 16 * K + c * 8);
+            cp16(recs + kk * 2 * WORDS + c * 4, col + (size_t)kk * tn * 16 * K + c * 8);
         }
         asm volatile("cp.async.commit_group;");
     }
     // x ⊙ suh rotated per 128-block, a warp per (row, block): the pairs and roundings of exl3_had_in_h.
     const float* xz = x + ((size_t)(ids && topk ? z / topk : z) * rows + r0) * in_p + t0 * 16;
     const u16* suh = wt->suh + t0 * 16;
-    for (int b = w; b < n_rows * (n / HAD); b += MMA_WARPS) {
+    for (int b = w; b < n_rows * (n / HAD); b += EXACT_WARPS) {
         const int r = b / (n / HAD), hb = b % (n / HAD);
         float v[4];
         for (int q = 0; q < 4; ++q) v[q] = __fmul_rn(xz[(size_t)r * in_p + hb * HAD + lane + 32 * q], f16(suh[hb * HAD + lane + 32 * q]));
         fwht128_warp(v, lane);
         for (int q = 0; q < 4; ++q) x_s[r * n + hb * HAD + lane + 32 * q] = v[q];
     }
-    __syncthreads();
     const Lane ln = lane_window(lane);
     const int g = lane / 4, tq = lane % 4;
-    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int kk = 0; kk < tiles; ++kk) {
+    // Lane (g, t)'s pairs are rows (2t, 2t+1) and (2t+8, 2t+9) of columns g and g+8: stored column-major, one u32 per pair.
+    auto put = [&](const u32 (&b)[2][4], int buf) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            u32* q = qw + buf * 256 + j * 128;
+            q[g * 8 + tq] = b[j][0];
+            q[g * 8 + 4 + tq] = b[j][1];
+            q[(g + 8) * 8 + tq] = b[j][2];
+            q[(g + 8) * 8 + 4 + tq] = b[j][3];
+        }
+    };
+    auto decode = [&](int kk, u32 (&b)[2][4]) {
         if (kk % per == 0) {
             wait_pending(stages - 1 - kk / per);
             __syncwarp();
         }
-        u32 b[4];
-        lane_frag(recs + kk * WORDS, ln, b);
-        // Lane (g, t)'s pairs are rows (2t, 2t+1) and (2t+8, 2t+9) of columns g and g+8: stored column-major, one u32 per pair.
-        u32* q = qw + (kk & 1) * 128;
-        q[g * 8 + tq] = b[0];
-        q[g * 8 + 4 + tq] = b[1];
-        q[(g + 8) * 8 + tq] = b[2];
-        q[(g + 8) * 8 + 4 + tq] = b[3];
-        __syncwarp();
-        if (lane < 16) {
-            const uint4* qp = reinterpret_cast<const uint4*>(q + lane * 8);
-            const uint4 lo = qp[0], hi = qp[1];
-            const u32 words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-            float qv[16];
+        lane_frag(recs + kk * 2 * WORDS, ln, b[0]);
+        lane_frag(recs + (kk * 2 + 1) * WORDS, ln, b[1]);
+    };
+    u32 nb[2][4];
+    decode(0, nb);
+    put(nb, 0);
+    __syncthreads();
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int kk = 0; kk < tiles; ++kk) {
+        // The next tiles decode while this one's sums run: one basic block, so their instructions interleave.
+        if (kk + 1 < tiles) decode(kk + 1, nb);
+        const uint4* qp = reinterpret_cast<const uint4*>(qw + (kk & 1) * 256 + (lane / 16) * 128 + (lane % 16) * 8);
+        const uint4 lo = qp[0], hi = qp[1];
+        const u32 words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        float qv[16];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                qv[2 * i] = f16((u16)(words[i] & 0xFFFFu));
-                qv[2 * i + 1] = f16((u16)(words[i] >> 16));
-            }
+        for (int i = 0; i < 8; ++i) {
+            qv[2 * i] = f16((u16)(words[i] & 0xFFFFu));
+            qv[2 * i + 1] = f16((u16)(words[i] >> 16));
+        }
 #pragma unroll
-            for (int r = 0; r < 8; ++r) {
-                if (r < n_rows) {
-                    const float* xr = x_s + r * n + kk * 16;
+        for (int r = 0; r < 8; ++r) {
+            if (r < n_rows) {
+                const float* xr = x_s + r * n + kk * 16;
 #pragma unroll
-                    for (int i = 0; i < 16; ++i) acc[r] = __fadd_rn(acc[r], __fmul_rn(xr[i], qv[i]));
-                }
+                for (int i = 0; i < 16; ++i) acc[r] = __fadd_rn(acc[r], __fmul_rn(xr[i], qv[i]));
             }
         }
+        if (kk + 1 < tiles) put(nb, (kk + 1) & 1);
+        __syncwarp();
     }
-    float* pz = part + ((size_t)z * splits * rows + r0) * out_p + cg * HAD + w * 16 + lane;
-    if (lane < 16) {
+    float* pz = part + ((size_t)z * splits * rows + r0) * out_p + cg * HAD + w * 32 + lane;
 #pragma unroll
-        for (int r = 0; r < 8; ++r)
-            if (r < n_rows) pz[((size_t)s * rows + r) * out_p] = acc[r];
-    }
+    for (int r = 0; r < 8; ++r)
+        if (r < n_rows) pz[((size_t)s * rows + r) * out_p] = acc[r];
     __threadfence();
     __syncthreads();
     u32* dz = done + (size_t)z * groups + cg;
@@ -541,21 +553,27 @@ extern "C" __global__ void __launch_bounds__(256) exl3_gemv_exact(
     __syncthreads();
     if (!last) return;
     __threadfence();
-    // Warp r finishes row r as exl3_had_out_j does: the splits added in order from +0, rotated, scaled (+ bias).
-    if (w < n_rows) {
-        const float* src = part + (((size_t)z * splits * rows) + r0 + w) * out_p + cg * HAD;
-        float v[4];
-        for (int q = 0; q < 4; ++q) {
-            float sum = 0.0f;
-            for (int s2 = 0; s2 < splits; ++s2) sum = __fadd_rn(sum, __ldcg(src + (size_t)s2 * rows * out_p + lane + 32 * q));
-            v[q] = sum;
+    // Warp w finishes rows w, w + 4 as exl3_had_out_j does: the splits added in order from +0 (eight in flight), rotated, scaled (+ bias).
+    for (int r = w; r < n_rows; r += EXACT_WARPS) {
+        const float* src = part + ((size_t)z * splits * rows + r0 + r) * out_p + cg * HAD + lane;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int p0 = 0; p0 < splits; p0 += 8) {
+            float u[8][4];
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) u[j][q] = p0 + j < splits ? __ldcg(src + (size_t)(p0 + j) * rows * out_p + 32 * q) : 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) v[q] = p0 + j < splits ? __fadd_rn(v[q], u[j][q]) : v[q];
         }
         fwht128_warp(v, lane);
         for (int q = 0; q < 4; ++q) {
             const int c = cg * HAD + lane + 32 * q;
             float o = __fmul_rn(v[q], f16(wt->svh[c]));
             if (wt->bias) o = __fadd_rn(o, wt->bias[c]);
-            yz[(size_t)w * out_p + lane + 32 * q] = o;
+            yz[(size_t)r * out_p + lane + 32 * q] = o;
         }
     }
     if (t == 0) *dz = 0;

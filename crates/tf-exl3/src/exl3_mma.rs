@@ -67,7 +67,7 @@ pub(crate) fn fast_fn(gpu: &Gpu, entry: &str, k: usize, codebook: i32) -> Result
     gpu.function(&EXL3.spec(&[("EXL3_K", &k), ("EXL3_CB", &cb)]), entry)
 }
 
-/// Dynamic shared memory of `exl3_gemv_exact` for `rows` rows: one split's records, two buffers of decoded tiles per warp, x.
+/// Dynamic shared memory of `exl3_gemv_exact` for `rows` rows: one split's records, two buffers of two decoded tiles per warp (4), x.
 pub(crate) fn exact_smem_bytes(k: usize, rows: usize) -> usize {
     SPLIT / 16 * 8 * 8 * k * 4 + 2 * 8 * 128 * 4 + rows * SPLIT * 4
 }
@@ -77,7 +77,8 @@ pub(crate) fn prepare(gpu: &Gpu, k: usize, codebook: i32, (in_p, out_p): (usize,
     let fast = MmaPlan::new(in_p, out_p).smem_bytes(k, EXL3_MMA_ROWS);
     for (entry, smem) in [("exl3_gemv_mma", fast), ("exl3_gemv_exact", exact_smem_bytes(k, 8))] {
         let f = fast_fn(gpu, entry, k, codebook)?;
-        if smem > SMEM_DEFAULT {
+        // Static shared memory (a flag) comes on top of the dynamic bytes, so a launch at exactly 48 KiB needs the opt-in too.
+        if smem + 64 > SMEM_DEFAULT {
             let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             f.set_attribute(attr, smem as i32).doing(|| format!("allowing {entry} {smem} bytes of shared memory"))?;
         }
