@@ -95,15 +95,27 @@ fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) 
                         * 1e3;
                 let case = format!("exl3 forward (mma) {rows}×{in_p}→{out_p} K={k} (cold, {copies} copies)");
                 time_row(report, &case, us, wbytes + rows * (in_p + out_p) * 4, copy_gbps);
-                if rows == 1 {
-                    let us =
-                        cold_median_ms(gpu, copies, SAMPLES, |g, i| gs[i].forward_exact(g, &x, 1).map(drop))? * 1e3;
-                    let case = format!("exl3 forward_exact 1×{in_p}→{out_p} K={k} (cold, {copies} copies)");
+                if rows == 1 || rows == 8 {
+                    let us = cold_median_ms(gpu, copies, SAMPLES, |g, i| gs[i].forward_exact(g, &x, rows).map(drop))?
+                        * 1e3;
+                    let case = format!("exl3 forward_exact {rows}×{in_p}→{out_p} K={k} (cold, {copies} copies)");
+                    time_row(report, &case, us, wbytes + rows * (in_p + out_p) * 4, copy_gbps);
+                }
+                if rows == 1 && k == 3 {
+                    // The same copy every launch (L2-hot): what is left is latency, not DRAM.
+                    let us = cold_median_ms(gpu, copies, SAMPLES, |g, _| gs[0].forward_exact(g, &x, 1).map(drop))? * 1e3;
+                    let case = format!("exl3 forward_exact 1×{in_p}→{out_p} K={k} (hot, one copy)");
                     time_row(report, &case, us, wbytes + (in_p + out_p) * 4, copy_gbps);
                 }
             }
         }
     }
+    // One split of one column group: the launch and one block's serial path, nothing else.
+    let w = random_weight(rng, (512, 128, 3), Codebook::Mul1, 1.0);
+    let g = GpuExl3::upload(gpu, &w)?;
+    let x = gpu.upload(&acts(rng, 512))?;
+    let us = cold_median_ms(gpu, 64, SAMPLES, |gp, _| g.forward_exact(gp, &x, 1).map(drop))? * 1e3;
+    time_row(report, "exl3 forward_exact 1×512→128 K=3 (hot, one block)", us, 512 * 128 * 3 / 8, copy_gbps);
     Ok(())
 }
 
