@@ -546,13 +546,16 @@ extern "C" __global__ void __launch_bounds__(128) exl3_gemv_exact(
 #pragma unroll
     for (int r = 0; r < 8; ++r)
         if (r < n_rows) pz[((size_t)s * rows + r) * out_p] = acc[r];
-    __threadfence();
+    // The barrier orders every thread's partial sums before thread 0's release; its acquire orders the finishing reads after all splits'.
     __syncthreads();
     u32* dz = done + (size_t)z * groups + cg;
-    if (t == 0) last = atomicAdd(dz, 1u) == (u32)splits - 1;
+    if (t == 0) {
+        u32 old;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(dz) : "memory");
+        last = old == (u32)splits - 1;
+    }
     __syncthreads();
     if (!last) return;
-    __threadfence();
     // Warp w finishes rows w, w + 4 as exl3_had_out_j does: the splits added in order from +0 (eight in flight), rotated, scaled (+ bias).
     for (int r = w; r < n_rows; r += EXACT_WARPS) {
         const float* src = part + ((size_t)z * splits * rows + r0 + r) * out_p + cg * HAD + lane;
