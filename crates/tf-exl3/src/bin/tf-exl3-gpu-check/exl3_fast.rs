@@ -119,6 +119,16 @@ fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) 
     Ok(())
 }
 
+/// One exact launch per shape and nothing else, for a profiler (`ncu -k exl3_gemv_exact` with TF_SECTIONS=profile).
+pub fn profile(gpu: &Gpu, rng: &mut SplitMix64) -> Result<(), Error> {
+    for (in_p, out_p) in [(512, 128), (5120, 2304)] {
+        let g = GpuExl3::upload(gpu, &random_weight(rng, (in_p, out_p, 3), Codebook::Mul1, 1.0))?;
+        let x = gpu.upload(&acts(rng, in_p))?;
+        g.forward_exact(gpu, &x, 1)?;
+    }
+    gpu.stream().synchronize().map_err(|e| Error::Launch { op: "profile", what: e.to_string() })
+}
+
 /// Routed pairs over experts of mixed K: exact pairs equal the CPU's forward bit for bit, fast ones their expert's one-row fast forward.
 fn routed(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
     for (in_p, out_p, topk) in [(5120, 2304, 6), (2304, 5120, 0)] {

@@ -313,6 +313,12 @@ fn check_timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps:
 
 /// Runs one section; its error or panic becomes a failed row naming it, and later sections still run.
 fn section(report: &mut Report, name: &str, f: impl FnOnce(&mut Report) -> Result<(), Error>) {
+    // TF_SECTIONS=a,b runs only the sections whose names start with one of them; "profile" runs only when named.
+    let only = std::env::var("TF_SECTIONS").unwrap_or_default();
+    let only: Vec<&str> = only.split(',').filter(|s| !s.is_empty()).collect();
+    if !(only.is_empty() && name != "profile") && !only.iter().any(|o| name.starts_with(o)) {
+        return;
+    }
     let t = std::time::Instant::now();
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(report))) {
         Ok(Ok(())) => {}
@@ -354,6 +360,7 @@ fn main() -> ExitCode {
             section(&mut report, "exl3", |r| exl3::check(&gpu, rng, r, copy));
             section(&mut report, "exl3 fast", |r| exl3_fast::check(&gpu, rng, r, copy));
             section(&mut report, "exl3 gemm", |r| exl3_gemm::check(&gpu, rng, r));
+            section(&mut report, "profile", |_| exl3_fast::profile(&gpu, rng));
         }
     }
     // The JSON first, so the table is the last thing printed.
