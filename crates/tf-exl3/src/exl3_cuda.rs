@@ -3,7 +3,7 @@
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
 use crate::exl3::{Exl3Weight, HAD, SPLIT};
 use crate::exl3_mma::{
-    EXL3_MMA_ROWS, Exl3Kernels, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, fast_fn, launch_mma, exact_smem_bytes,
+    EXL3_MMA_ROWS, Exl3Kernels, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, exact_smem_bytes, fast_fn, launch_mma,
     prepare, rows_in, rows_out,
 };
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};

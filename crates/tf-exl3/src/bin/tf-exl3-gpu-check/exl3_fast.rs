@@ -96,14 +96,15 @@ fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) 
                 let case = format!("exl3 forward (mma) {rows}×{in_p}→{out_p} K={k} (cold, {copies} copies)");
                 time_row(report, &case, us, wbytes + rows * (in_p + out_p) * 4, copy_gbps);
                 if rows == 1 || rows == 8 {
-                    let us = cold_median_ms(gpu, copies, SAMPLES, |g, i| gs[i].forward_exact(g, &x, rows).map(drop))?
-                        * 1e3;
+                    let us =
+                        cold_median_ms(gpu, copies, SAMPLES, |g, i| gs[i].forward_exact(g, &x, rows).map(drop))? * 1e3;
                     let case = format!("exl3 forward_exact {rows}×{in_p}→{out_p} K={k} (cold, {copies} copies)");
                     time_row(report, &case, us, wbytes + rows * (in_p + out_p) * 4, copy_gbps);
                 }
                 if rows == 1 && k == 3 {
                     // The same copy every launch (L2-hot): what is left is latency, not DRAM.
-                    let us = cold_median_ms(gpu, copies, SAMPLES, |g, _| gs[0].forward_exact(g, &x, 1).map(drop))? * 1e3;
+                    let us =
+                        cold_median_ms(gpu, copies, SAMPLES, |g, _| gs[0].forward_exact(g, &x, 1).map(drop))? * 1e3;
                     let case = format!("exl3 forward_exact 1×{in_p}→{out_p} K={k} (hot, one copy)");
                     time_row(report, &case, us, wbytes + (in_p + out_p) * 4, copy_gbps);
                 }
