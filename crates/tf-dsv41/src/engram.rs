@@ -57,21 +57,24 @@ impl EngramGate {
         eps: f32,
         ahead: Option<&ChunkRows>,
     ) -> Result<()> {
-        let (hc, dim) = (self.hc, self.dim);
-        let rows = ids.len();
-        let width = ids[0].len() * self.table.dim();
-        let mut e = vec![bf16::ZERO; rows * width];
-        for (r, row_ids) in ids.iter().enumerate() {
-            let out = &mut e[r * width..(r + 1) * width];
+        let e = self.gather_rows(ids, ahead)?;
+        let kv = self.wkv.forward(&e, ids.len());
+        gate_rows(x, &kv, &self.weight, (self.hc, self.dim), live, eps);
+        Ok(())
+    }
+
+    /// The table rows of each row's ids, concatenated per row: from `ahead` when it holds them, else from the table.
+    pub fn gather_rows<I: AsRef<[u64]>>(&self, ids: &[I], ahead: Option<&ChunkRows>) -> Result<Vec<bf16>> {
+        let width = ids.first().map_or(0, |r| r.as_ref().len()) * self.table.dim();
+        let mut e = vec![bf16::ZERO; ids.len() * width];
+        for (row_ids, out) in ids.iter().zip(e.chunks_exact_mut(width.max(1))) {
             // Rows fetched ahead serve this call; rows from earlier chunks (the replay pass) come from the table.
-            let got = ahead.map_or(Err(()), |a| a.gather(row_ids, out).map_err(|_| ()));
+            let got = ahead.map_or(Err(()), |a| a.gather(row_ids.as_ref(), out).map_err(|_| ()));
             if got.is_err() {
-                self.table.gather(row_ids, out).map_err(|err| Error::Invalid(err.to_string()))?;
+                self.table.gather(row_ids.as_ref(), out).map_err(|err| Error::Invalid(err.to_string()))?;
             }
         }
-        let kv = self.wkv.forward(&e, rows);
-        gate_rows(x, &kv, &self.weight, (hc, dim), live, eps);
-        Ok(())
+        Ok(e)
     }
 }
 

@@ -2,7 +2,9 @@
 
 use super::lane::{GReplay, GpuLane, copy};
 use super::model::{GStreams, GpuModel, Shared, unlocked};
+use crate::model::Prefetch;
 use tf_core::{Error, Result};
+use tf_engram::ChunkRows;
 
 fn cuda(e: tf_cuda::Error) -> Error {
     Error::Invalid(format!("cuda: {e}"))
@@ -24,7 +26,7 @@ impl GpuModel {
         s: &mut GStreams,
         lane: &mut GpuLane,
         pos0: usize,
-        ids: &[Vec<Vec<u64>>],
+        (ids, ahead): (&[Vec<Vec<u64>>], &[ChunkRows]),
         replay_pass: bool,
     ) -> Result<()> {
         let mut shared = Shared::default();
@@ -32,12 +34,9 @@ impl GpuModel {
         // The RoPE tables depend only on the rows' positions: built and uploaded once per call, not per layer.
         let mut call = self.call(pos0, s.rows, &lane.window_floor[range.clone()]).map_err(cuda)?;
         for b in &self.blocks[range] {
-            let engram_ids = self
-                .hasher()
-                .and_then(|h| h.layout().layer_index(b.role.layer))
-                .and_then(|k| ids.get(k))
-                .map(Vec::as_slice);
-            self.apply_engram(b, s, engram_ids)?;
+            let k = self.hasher().and_then(|h| h.layout().layer_index(b.role.layer));
+            let engram_ids = k.and_then(|k| ids.get(k)).map(Vec::as_slice);
+            self.apply_engram(b, s, engram_ids, k.and_then(|k| ahead.get(k)))?;
             call.run_compressor = !(replay_pass && b.role.layer == first);
             self.block(b, s, &call, lane, &mut shared).map_err(cuda)?;
         }
@@ -46,6 +45,40 @@ impl GpuModel {
 
     /// Feeds one prompt chunk; on the `last` chunk returns the logits of the prompt's final row.
     pub fn prefill(&self, lane: &mut GpuLane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>> {
+        self.prefill_with(lane, tokens, last, &[])
+    }
+
+    /// Starts the Engram read-ahead of a prompt cut in chunks of `lens`, after the lane's history, as the CPU's [`crate::Model::prefetch_chunks`].
+    pub fn prefetch_chunks(
+        &self,
+        lane: &GpuLane,
+        prompt: &[u32],
+        lens: &[usize],
+        ahead: (usize, usize),
+    ) -> Result<Option<Prefetch>> {
+        let Some(cpu) = self.cpu.as_ref() else { return Ok(None) };
+        cpu.prefetch_after(lane.engram.as_ref(), prompt, lens, ahead)
+    }
+
+    /// [`GpuModel::prefill`] of the next chunk of a prefetched prompt: its Engram rows come from the read-ahead.
+    pub fn prefill_prefetched(
+        &self,
+        lane: &mut GpuLane,
+        tokens: &[u32],
+        last: bool,
+        pf: &mut Prefetch,
+    ) -> Result<Option<Vec<f32>>> {
+        let ahead = pf.next_chunk(tokens.len())?;
+        self.prefill_with(lane, tokens, last, &ahead)
+    }
+
+    fn prefill_with(
+        &self,
+        lane: &mut GpuLane,
+        tokens: &[u32],
+        last: bool,
+        ahead: &[ChunkRows],
+    ) -> Result<Option<Vec<f32>>> {
         if tokens.is_empty() {
             return Err(Error::Invalid("prefill of an empty chunk".into()));
         }
@@ -55,12 +88,12 @@ impl GpuModel {
         let n = self.cfg().n_layers;
         let rows = tokens.len();
         if !self.opts.replay {
-            self.run_blocks(0..n, &mut s, lane, pos0, &ids, false)?;
+            self.run_blocks(0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
             lane.pos += rows;
             return if last { Ok(Some(self.last_logits(&s).map_err(cuda)?)) } else { Ok(None) };
         }
         let split = n / 2;
-        self.run_blocks(0..split, &mut s, lane, pos0, &ids, false)?;
+        self.run_blocks(0..split, &mut s, lane, pos0, (&ids, ahead), false)?;
         let b = &self.blocks[split];
         if b.role.is_kv_source {
             let a_in = self.attn_input(b, &s).map_err(cuda)?;
@@ -76,7 +109,7 @@ impl GpuModel {
             *floor = buf.pos0;
         }
         let mut s = GStreams { x: buf.x, mix: buf.mix, rows: buf.rows };
-        self.run_blocks(split..n, &mut s, lane, buf.pos0, &buf.engram_ids, true)?;
+        self.run_blocks(split..n, &mut s, lane, buf.pos0, (&buf.engram_ids, ahead), true)?;
         Ok(Some(self.last_logits(&s).map_err(cuda)?))
     }
 
@@ -128,7 +161,7 @@ impl GpuModel {
         let n = self.cfg().n_layers;
         let mut step = || -> Result<super::weights::Buf> {
             let mut s = self.embed_rows(tokens)?;
-            self.run_blocks(0..n, &mut s, lane, pos0, &ids, false)?;
+            self.run_blocks(0..n, &mut s, lane, pos0, (&ids, &[]), false)?;
             self.head_rows(&s).map_err(cuda)
         };
         let logits = if self.graph_step(tokens.len()) {

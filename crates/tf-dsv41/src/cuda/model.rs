@@ -256,22 +256,22 @@ impl GpuModel {
         Ok(self.logits(&GStreams { x, mix, rows: 1 })?.remove(0))
     }
 
-    /// Adds this layer's Engram to the streams: rows gathered on the host, projected and gated on the GPU.
-    pub(crate) fn apply_engram(&self, b: &GBlock, s: &mut GStreams, ids: Option<&[Vec<u64>]>) -> tf_core::Result<()> {
+    /// Adds this layer's Engram to the streams: rows gathered on the host (from `ahead` when fetched ahead), one upload, projected and gated on the GPU.
+    pub(crate) fn apply_engram(
+        &self,
+        b: &GBlock,
+        s: &mut GStreams,
+        ids: Option<&[Vec<u64>]>,
+        ahead: Option<&tf_engram::ChunkRows>,
+    ) -> tf_core::Result<()> {
         let cpu = self.cpu.as_ref().and_then(|m| m.blocks[b.role.layer].engram.as_ref());
         let (Some(g), Some(ids), Some(cpu)) = (&b.engram, ids, cpu) else {
             return Ok(());
         };
         let cfg = self.cfg();
         let width = ids[0].len() * cpu.table.dim();
-        let mut e = vec![tf_core::bf16::ZERO; s.rows * width];
-        for (r, row_ids) in ids.iter().enumerate() {
-            cpu.table
-                .gather(row_ids, &mut e[r * width..(r + 1) * width])
-                .map_err(|err| tf_core::Error::Invalid(err.to_string()))?;
-        }
+        let e = cpu.gather_rows(ids, ahead)?;
         let mut run = || -> Result<(), Error> {
-            let e: Vec<u16> = e.iter().map(|v| v.to_bits()).collect();
             let ed = self.gpu.upload(&e)?;
             let kv = g.wkv.forward_f32(self.gpu, &Acts::new(&ed, s.rows, width))?;
             ops::engram_gate(

@@ -88,7 +88,7 @@ impl GpuModel {
             };
             if b.engram.is_some() {
                 let mut gs = self.up_streams(&s)?;
-                self.apply_engram(gb, &mut gs, engram_ids)?;
+                self.apply_engram(gb, &mut gs, engram_ids, None)?;
                 b.apply_engram(&mut s, &bcall)?;
                 row(format!("L{l} engram"), self.down(&gs.x)?, &f32s(&s.x));
             }

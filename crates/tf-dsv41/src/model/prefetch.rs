@@ -3,7 +3,7 @@
 use super::{Model, SeqState};
 use std::collections::VecDeque;
 use tf_core::{Error, Result};
-use tf_engram::{ChunkRows, ReadAhead};
+use tf_engram::{ChunkRows, NgramHistory, ReadAhead};
 
 /// A prompt's Engram rows in flight: one reader per Engram layer, and the chunk lengths they were cut for.
 pub struct Prefetch {
@@ -15,6 +15,17 @@ impl Prefetch {
     /// How long each taken chunk waited for the disk, per Engram layer.
     pub fn waits(&self) -> Vec<&[std::time::Duration]> {
         self.readers.iter().map(ReadAhead::waits).collect()
+    }
+
+    /// The next chunk's rows per Engram layer; `tokens` must be that chunk's length.
+    pub fn next_chunk(&mut self, tokens: usize) -> Result<Vec<ChunkRows>> {
+        if self.lens.front() != Some(&tokens) {
+            let msg = format!("prefetched chunks are {:?} tokens, this chunk is {tokens}", self.lens.front());
+            return Err(Error::Invalid(msg));
+        }
+        self.lens.pop_front();
+        let ahead = self.readers.iter_mut().map(ReadAhead::next_chunk).collect::<std::result::Result<_, _>>();
+        ahead.map_err(|e| Error::Invalid(e.to_string()))
     }
 }
 
@@ -40,9 +51,20 @@ impl Model {
         st: &SeqState,
         prompt: &[u32],
         lens: &[usize],
+        ahead: (usize, usize),
+    ) -> Result<Option<Prefetch>> {
+        self.prefetch_after(st.engram.as_ref(), prompt, lens, ahead)
+    }
+
+    /// [`Model::prefetch_chunks`] after an n-gram history (the CPU's or a GPU lane's); `None` without Engram.
+    pub fn prefetch_after(
+        &self,
+        hist: Option<&NgramHistory>,
+        prompt: &[u32],
+        lens: &[usize],
         (depth, threads): (usize, usize),
     ) -> Result<Option<Prefetch>> {
-        let (Some(h), Some(hist)) = (&self.hasher, st.engram.as_ref()) else { return Ok(None) };
+        let (Some(h), Some(hist)) = (&self.hasher, hist) else { return Ok(None) };
         if prompt.is_empty() || lens.contains(&0) || lens.iter().sum::<usize>() != prompt.len() {
             return Err(Error::Invalid(format!(
                 "prefetch: chunks {lens:?} do not cut a {}-token prompt",
@@ -75,17 +97,7 @@ impl Model {
         last: bool,
         pf: &mut Prefetch,
     ) -> Result<Option<Vec<f32>>> {
-        if pf.lens.front() != Some(&tokens.len()) {
-            let msg = format!("prefetched chunks are {:?} tokens, this chunk is {}", pf.lens.front(), tokens.len());
-            return Err(Error::Invalid(msg));
-        }
-        pf.lens.pop_front();
-        let ahead: Vec<ChunkRows> = pf
-            .readers
-            .iter_mut()
-            .map(ReadAhead::next_chunk)
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let ahead = pf.next_chunk(tokens.len())?;
         self.prefill_with(st, tokens, last, &ahead)
     }
 }

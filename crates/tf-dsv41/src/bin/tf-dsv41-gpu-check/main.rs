@@ -2,6 +2,7 @@
 
 mod attn;
 mod e2e;
+mod engram;
 mod graphs;
 mod index;
 mod lengths;
@@ -60,6 +61,7 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
             run_one(&format!("exl3 fast gate {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind, true));
         }
     }
+    run_one("engram read-ahead", &mut |r| engram::check(gpu, rng, r));
     run_one("probe", &mut |r| probe::check(gpu, rng, r));
     run_one("prompt lengths", &mut |r| lengths::check(gpu, rng, r));
 }
