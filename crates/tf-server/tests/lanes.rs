@@ -119,6 +119,31 @@ fn a_prompt_is_fetched_ahead_at_admission_in_the_chunks_it_is_fed() {
 }
 
 #[test]
+fn the_next_queued_prompt_is_fetched_ahead_while_it_waits_and_fed_from_that_read_ahead() {
+    let fam = Scripted { prefetch: true, ..Scripted::default() };
+    let (log, gate) = (fam.log.clone(), fam.gate.clone());
+    let held = gate.lock().unwrap();
+    let h = LaneHost::spawn(fam, Limits { max_lanes: 1, prefill_chunk: 4, ..Limits::default() });
+    let a = h.submit(greedy((1..=10).collect(), 2)).unwrap();
+    // A holds the only lane (its first chunk waits on the gate) before B arrives.
+    while !log.lock().unwrap().contains(&('f', 3)) {
+        std::thread::yield_now();
+    }
+    let b = h.submit(greedy((1..=8).collect(), 2)).unwrap();
+    drop(held);
+    for events in [collect(a), collect(b)] {
+        assert!(matches!(events.last(), Some(Event::Done { .. })), "{events:?}");
+    }
+    let log = log.lock().unwrap().clone();
+    let fed: Vec<(char, u32)> = log.iter().copied().filter(|(k, _)| *k == 'f' || *k == 'F').collect();
+    assert_eq!(
+        fed,
+        [('f', 3), ('F', 4), ('f', 2), ('F', 4), ('F', 2), ('F', 4), ('F', 4)],
+        "B's 2 chunks fetched while A ran, then fed from that one read-ahead: {log:?}"
+    );
+}
+
+#[test]
 fn engram_rows_read_from_disk_ahead_equal_the_mapped_tables() {
     // Chunks of 6 and prefix-cache snapshots every 8 tokens cut the prompts unevenly; the repeat resumes from the cache.
     let reqs: Vec<GenRequest> = [0, 1, 0].iter().map(|&i| req(i, 0.0)).collect();
@@ -126,7 +151,13 @@ fn engram_rows_read_from_disk_ahead_equal_the_mapped_tables() {
         let opts = tf_dsv41::Options { engram_io: io, ..tf_dsv41::Options::default() };
         let limits = Limits { prefill_chunk: 6, prefix_block: 8, ..Limits::default() };
         let h = LaneHost::spawn(tf_server::lanes::load_dsv41(tiny(), opts).unwrap(), limits);
-        reqs.iter().map(|r| collect(h.submit(r.clone()).unwrap())).collect::<Vec<_>>()
+        let mut out: Vec<_> = reqs.iter().map(|r| collect(h.submit(r.clone()).unwrap())).collect();
+        // One lane: the later requests wait in the queue, fetched ahead there (the repeat's cut changes once cached).
+        let one =
+            LaneHost::spawn(tf_server::lanes::load_dsv41(tiny(), opts).unwrap(), Limits { max_lanes: 1, ..limits });
+        let queued: Vec<Events> = reqs.iter().map(|r| one.submit(r.clone()).unwrap()).collect();
+        out.extend(queued.into_iter().map(collect));
+        out
     };
     let mapped = run(None);
     assert!(mapped.iter().all(|e| matches!(e.last(), Some(Event::Done { .. }))), "{mapped:?}");

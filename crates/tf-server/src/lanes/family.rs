@@ -22,10 +22,10 @@ pub trait Family: Send + 'static {
 
     /// What a prompt's rows fetched ahead of its chunks are held in (Engram read-ahead); `()` for families without.
     type Prefetch: Send;
-    /// Starts fetching what the prompt's chunks (of these lengths, after `lane`'s history) will read; `None`: nothing to fetch.
+    /// Starts fetching what the prompt's chunks (of these lengths, after `lane`'s history; `None`: a fresh lane's) will read; `None`: nothing to fetch.
     fn prefetch(
         &self,
-        _lane: &Self::Lane,
+        _lane: Option<&Self::Lane>,
         _prompt: &[u32],
         _chunks: &[usize],
     ) -> Result<Option<Self::Prefetch>, String> {
@@ -45,6 +45,20 @@ pub trait Family: Send + 'static {
 
 /// Read-ahead depth (chunks) and reader threads of an admitted prompt's Engram rows (docs/engram-disk.md).
 const ENGRAM_AHEAD: (usize, usize) = (4, 16);
+
+/// dsv41's read-ahead after a lane's n-gram history (`None`: a fresh lane's); only tables read from disk (`--engram-io mmap|direct`) are fetched, mapped ones are in memory.
+fn dsv41_prefetch(
+    m: &tf_dsv41::Model,
+    hist: Option<Option<&tf_engram::NgramHistory>>,
+    prompt: &[u32],
+    chunks: &[usize],
+) -> Result<Option<tf_dsv41::model::Prefetch>, String> {
+    if m.opts.engram_io.is_none() {
+        return Ok(None);
+    }
+    let fresh = m.hasher.as_ref().map(tf_engram::NgramHasher::history);
+    m.prefetch_after(hist.unwrap_or(fresh.as_ref()), prompt, chunks, ENGRAM_AHEAD).map_err(|e| e.to_string())
+}
 
 impl Family for tf_dsv41::Model {
     type Lane = tf_dsv41::state::SeqState;
@@ -79,12 +93,13 @@ impl Family for tf_dsv41::Model {
 
     type Prefetch = tf_dsv41::model::Prefetch;
 
-    /// Only tables read from disk (`--engram-io mmap|direct`) are fetched ahead; mapped ones are already in memory.
-    fn prefetch(&self, lane: &Self::Lane, prompt: &[u32], chunks: &[usize]) -> Result<Option<Self::Prefetch>, String> {
-        if self.opts.engram_io.is_none() {
-            return Ok(None);
-        }
-        self.prefetch_chunks(lane, prompt, chunks, ENGRAM_AHEAD).map_err(|e| e.to_string())
+    fn prefetch(
+        &self,
+        lane: Option<&Self::Lane>,
+        prompt: &[u32],
+        chunks: &[usize],
+    ) -> Result<Option<Self::Prefetch>, String> {
+        dsv41_prefetch(self, lane.map(|l| l.engram.as_ref()), prompt, chunks)
     }
 
     fn prefill_prefetched(
@@ -129,7 +144,27 @@ impl Family for tf_dsv41::cuda::GpuModel {
         tf_dsv41::cuda::GpuModel::decode(self, lane, tokens).map_err(|e| e.to_string())
     }
 
-    type Prefetch = ();
+    type Prefetch = tf_dsv41::model::Prefetch;
+
+    fn prefetch(
+        &self,
+        lane: Option<&Self::Lane>,
+        prompt: &[u32],
+        chunks: &[usize],
+    ) -> Result<Option<Self::Prefetch>, String> {
+        let Some(cpu) = self.cpu.as_ref() else { return Ok(None) };
+        dsv41_prefetch(cpu, lane.map(|l| l.engram.as_ref()), prompt, chunks)
+    }
+
+    fn prefill_prefetched(
+        &self,
+        lane: &mut Self::Lane,
+        tokens: &[u32],
+        last: bool,
+        pf: &mut Self::Prefetch,
+    ) -> Result<Option<Vec<f32>>, String> {
+        tf_dsv41::cuda::GpuModel::prefill_prefetched(self, lane, tokens, last, pf).map_err(|e| e.to_string())
+    }
 }
 
 /// Loads the dsv41 family from a checkpoint directory.

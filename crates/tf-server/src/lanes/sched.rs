@@ -30,6 +30,14 @@ impl<L, P> Active<L, P> {
     }
 }
 
+/// A queued job's read-ahead, started before it has a lane; the job's cancel flag (held, so its address stays unique) names it.
+struct Early<P> {
+    job: Arc<std::sync::atomic::AtomicU8>,
+    cached: usize,
+    lens: Vec<usize>,
+    prefetch: P,
+}
+
 pub(super) struct Scheduler<F: Family> {
     family: F,
     limits: Limits,
@@ -38,6 +46,8 @@ pub(super) struct Scheduler<F: Family> {
     cache: PrefixCache<F::Lane>,
     metrics: Arc<Metrics>,
     queued_tokens: Arc<AtomicUsize>,
+    /// The next queued job's read-ahead (one at a time, so memory stays bounded).
+    early: Option<Early<F::Prefetch>>,
     /// Alternates prompt chunks with decode rounds while both kinds of lanes exist.
     decode_turn: bool,
 }
@@ -59,6 +69,7 @@ impl<F: Family> Scheduler<F> {
             cache,
             metrics,
             queued_tokens,
+            early: None,
             decode_turn: false,
         }
     }
@@ -126,8 +137,13 @@ impl<F: Family> Scheduler<F> {
             let snapshot_at = self.cache.snapshot_point(prompt.len()).filter(|&s| s > cached);
             // The read-ahead starts now, at admission, so the first chunk's rows are in flight before its step.
             let chunks = chunk_lens(cached, prompt.len(), self.limits.prefill_chunk.max(1), snapshot_at);
-            let prefetch =
-                if chunks.is_empty() { Ok(None) } else { self.family.prefetch(&lane, &prompt[cached..], &chunks) };
+            // A read-ahead started while the job was queued serves it if the prompt cache still cuts it the same way.
+            let early = self.early.take_if(|e| Arc::ptr_eq(&e.job, &job.cancel));
+            let prefetch = match early.filter(|e| e.cached == cached && e.lens == chunks) {
+                Some(e) => Ok(Some(e.prefetch)),
+                None if chunks.is_empty() => Ok(None),
+                None => self.family.prefetch(Some(&lane), &prompt[cached..], &chunks),
+            };
             let prefetch = match prefetch {
                 Ok(p) => p,
                 Err(e) => {
@@ -151,6 +167,32 @@ impl<F: Family> Scheduler<F> {
                 last_token: now,
             };
             self.active.push(a);
+        }
+        self.start_early();
+    }
+
+    /// Starts the read-ahead of the job admitted next while it waits, so its first chunk's rows are in before its lane.
+    fn start_early(&mut self) {
+        let Some(i) = self.pick() else {
+            self.early = None;
+            return;
+        };
+        let job = &self.queue[i];
+        if self.early.as_ref().is_some_and(|e| Arc::ptr_eq(&e.job, &job.cancel)) || job.cancelled().is_some() {
+            return;
+        }
+        // A job no longer next gives its read-ahead up: one queued read-ahead at a time.
+        self.early = None;
+        let prompt = &job.req.prompt;
+        let snapshot = self.cache.snapshot_point(prompt.len());
+        let (cached, lane) = self.cache.lookup(prompt).map_or((0, None), |(n, l)| (n, Some(l)));
+        let lens = chunk_lens(cached, prompt.len(), self.limits.prefill_chunk.max(1), snapshot.filter(|&s| s > cached));
+        if lens.is_empty() {
+            return;
+        }
+        // A read-ahead that cannot start now is tried again at admission, where its error fails the request.
+        if let Ok(Some(prefetch)) = self.family.prefetch(lane, &prompt[cached..], &lens) {
+            self.early = Some(Early { job: job.cancel.clone(), cached, lens, prefetch });
         }
     }
 

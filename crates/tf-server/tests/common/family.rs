@@ -51,7 +51,12 @@ impl Family for Scripted {
 
     type Prefetch = Vec<usize>;
 
-    fn prefetch(&self, _lane: &Vec<u32>, prompt: &[u32], chunks: &[usize]) -> Result<Option<Vec<usize>>, String> {
+    fn prefetch(
+        &self,
+        _lane: Option<&Vec<u32>>,
+        prompt: &[u32],
+        chunks: &[usize],
+    ) -> Result<Option<Vec<usize>>, String> {
         if !self.prefetch {
             return Ok(None);
         }
