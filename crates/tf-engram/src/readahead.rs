@@ -49,23 +49,40 @@ pub struct ReadAhead {
     worker: Option<JoinHandle<()>>,
 }
 
-/// The sorted distinct ids of a chunk and their rows, read in `threads` parts at once.
-fn fetch(table: &dyn EngramTable, chunk: usize, ids: &[u64], threads: usize) -> Result<ChunkRows> {
+/// The sorted distinct ids of a chunk and their rows, read in `threads` parts at once on the shared reader pool.
+fn fetch(table: &Arc<dyn EngramTable>, chunk: usize, ids: &[u64], threads: usize) -> Result<ChunkRows> {
     let mut ids = ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
     let dim = table.dim();
-    let mut rows = vec![bf16::ZERO; ids.len() * dim];
     let per = ids.len().div_ceil(threads.max(1)).max(1);
-    std::thread::scope(|s| {
-        let parts: Vec<_> =
-            ids.chunks(per).zip(rows.chunks_mut(per * dim)).map(|(i, o)| s.spawn(move || table.gather(i, o))).collect();
-        parts.into_iter().try_for_each(|p| {
-            p.join().unwrap_or_else(|_| {
-                Err(EngramError::BadTable { table: table.name().to_string(), msg: "a read thread panicked".into() })
-            })
-        })
-    })?;
+    crate::readers::ensure(threads.max(1));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let parts: Vec<Vec<u64>> = ids.chunks(per).map(<[u64]>::to_vec).collect();
+    for (i, part) in parts.into_iter().enumerate() {
+        let (reader, tx) = (table.clone(), tx.clone());
+        let task = move || {
+            let mut rows = vec![bf16::ZERO; part.len() * dim];
+            let _ = tx.send((i, reader.gather(&part, &mut rows).map(|()| rows)));
+        };
+        if !crate::readers::submit(task) {
+            return Err(EngramError::BadTable {
+                table: table.name().to_string(),
+                msg: "no reader thread could start".into(),
+            });
+        }
+    }
+    drop(tx);
+    let mut got: Vec<(usize, Result<Vec<bf16>>)> = rx.iter().collect();
+    if got.len() != ids.len().div_ceil(per) {
+        let msg = "a read thread stopped before its part".into();
+        return Err(EngramError::BadTable { table: table.name().to_string(), msg });
+    }
+    got.sort_by_key(|(i, _)| *i);
+    let mut rows = Vec::with_capacity(ids.len() * dim);
+    for (_, part) in got {
+        rows.extend(part?);
+    }
     Ok(ChunkRows { chunk, ids, rows, dim })
 }
 
@@ -80,7 +97,7 @@ fn produce(
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let r = fetch(table.as_ref(), i, ids, threads);
+        let r = fetch(&table, i, ids, threads);
         let failed = r.is_err();
         // A send fails only when the forward dropped the read-ahead: nothing left to do.
         if tx.send(r).is_err() || failed {
@@ -144,10 +161,8 @@ impl ReadAhead {
 impl Drop for ReadAhead {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        // Dropping the receiver unblocks a worker waiting to send.
+        // Dropping the receiver unblocks a worker waiting to send; the worker ends after its current chunk, unjoined, so a cancelled prompt never waits on the disk.
         self.rx.take();
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
+        self.worker.take();
     }
 }

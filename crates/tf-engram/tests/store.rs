@@ -133,3 +133,30 @@ fn an_io_error_mid_prompt_fails_that_request_and_nothing_hangs() {
     let mut out = vec![bf16::ZERO; dim];
     table.gather(&[7], &mut out).unwrap();
 }
+
+#[test]
+fn many_read_aheads_share_one_bounded_reader_pool_and_each_gets_its_own_rows() {
+    let (rows, dim) = (300usize, 64usize);
+    let (codes, scales) = random(rows, dim, 11);
+    let w = Tensor::from_bytes(DType::F8E4M3, &[rows, dim], &codes).unwrap();
+    let s = Tensor::from_bytes(DType::F8E8M0, &[rows, dim / 32], &scales).unwrap();
+    let mem: Arc<dyn EngramTable> = Arc::new(TensorTable::new(NAME, w, s).unwrap());
+    let mut ras: Vec<(Vec<Vec<u64>>, ReadAhead)> = (0..24u64)
+        .map(|k| {
+            let chunks: Vec<Vec<u64>> =
+                (0..3).map(|c| (0..40).map(|i| (k * 7 + c * 13 + i * 5) % rows as u64).collect()).collect();
+            (chunks.clone(), ReadAhead::start(mem.clone(), chunks, 2, 8))
+        })
+        .collect();
+    for (chunks, ra) in &mut ras {
+        for ids in chunks.iter() {
+            let (mut got, mut want) = (vec![bf16::ZERO; ids.len() * dim], vec![bf16::ZERO; ids.len() * dim]);
+            ra.next_chunk().unwrap().gather(ids, &mut got).unwrap();
+            mem.gather(ids, &mut want).unwrap();
+            assert_eq!(got, want);
+        }
+    }
+    // 24 read-aheads asking for 8 readers each share the process's pool, which grew only to the largest request.
+    let n = tf_engram::reader_threads();
+    assert!((8..=16).contains(&n), "{n} reader threads");
+}
