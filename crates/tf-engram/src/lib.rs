@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod cache;
 mod error;
 mod hasher;
 mod history;
@@ -12,6 +13,7 @@ pub mod store;
 mod table;
 mod token_map;
 
+pub use cache::{CachedTable, Clock};
 pub use error::{EngramError, Result};
 pub use hasher::{NgramHasher, NgramIds};
 pub use history::{DEAD, DEFAULT_MAX_ROLLBACK, NgramHistory};

@@ -160,3 +160,34 @@ fn many_read_aheads_share_one_bounded_reader_pool_and_each_gets_its_own_rows() {
     let n = tf_engram::reader_threads();
     assert!((8..=16).contains(&n), "{n} reader threads");
 }
+
+#[test]
+fn the_hot_row_cache_serves_the_tables_rows_keeps_its_size_and_counts_hits() {
+    let (rows, dim) = (200usize, 64usize);
+    let (codes, scales) = random(rows, dim, 21);
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let packed = d.path().join("t.engram");
+    write_packed(&packed, (rows as u64, dim), &codes, &scales).unwrap();
+    let file = FileTable::open_packed(&packed, NAME, (rows as u64, dim), IoMode::Direct).unwrap();
+    let cached = tf_engram::CachedTable::new(file, 16);
+    let w = Tensor::from_bytes(DType::F8E4M3, &[rows, dim], &codes).unwrap();
+    let s = Tensor::from_bytes(DType::F8E8M0, &[rows, dim / 32], &scales).unwrap();
+    let mem = TensorTable::new(NAME, w, s).unwrap();
+    let mut rng = SplitMix64::new(5);
+    for round in 0..40 {
+        // A few hot rows repeat in every call; the rest are spread over the table, so the 16 slots keep evicting.
+        let ids: Vec<u64> = (0..24).map(|i| if i < 6 { i % 3 } else { rng.next_u64() % rows as u64 }).collect();
+        let (mut got, mut want) = (vec![bf16::ZERO; ids.len() * dim], vec![bf16::ZERO; ids.len() * dim]);
+        cached.gather(&ids, &mut got).unwrap();
+        mem.gather(&ids, &mut want).unwrap();
+        assert_eq!(got, want, "round {round}");
+    }
+    let (hits, misses) = cached.stats();
+    assert_eq!(hits + misses, 40 * 24);
+    assert!(hits >= 39 * 6, "the hot rows are served from memory after the first call: {hits} hits");
+    assert!(cached.gather(&[rows as u64], &mut vec![bf16::ZERO; dim]).is_err(), "an id past the table is refused");
+    let mut clock = tf_engram::Clock::new(2);
+    assert_eq!((clock.touch(1), clock.touch(2), clock.touch(1), clock.touch(3)), (false, false, true, false));
+    assert!(clock.touch(1), "the used key had a second chance, the other was evicted");
+    assert!(!clock.touch(2));
+}
