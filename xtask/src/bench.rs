@@ -1,4 +1,4 @@
-//! `cargo xtask bench cpu|gpu|decode|exl3|engram`: the benchmarks whose ratios docs/bench.md and docs/perf.md report.
+//! `cargo xtask bench cpu|gpu|decode|exl3|engram|engram-reuse`: the benchmarks whose ratios docs/bench.md and docs/perf.md report.
 
 use std::process::{Command, ExitCode};
 
@@ -40,7 +40,8 @@ pub fn run(args: &[String]) -> ExitCode {
         // The EXL3 check carries the bench's rows: K = 2, 3, 4 on both expert shapes against the same run's copy rate.
         Some("exl3") => gpu("scripts/gpu-check.sh", &[("TF_CHECKS", "tf-exl3-gpu-check")]),
         Some("engram") => crate::bench_engram::run(&args[1..]),
-        _ => return crate::usage_error("bench needs `cpu`, `gpu`, `decode`, `exl3` or `engram`"),
+        Some("engram-reuse") => crate::bench_engram_reuse::run(&args[1..]),
+        _ => return crate::usage_error("bench needs `cpu`, `gpu`, `decode`, `exl3`, `engram` or `engram-reuse`"),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

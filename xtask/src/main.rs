@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_engram;
+mod bench_engram_reuse;
 mod lean_check;
 mod make_tiny;
 
@@ -12,7 +13,7 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 
 commands:
-  bench cpu [criterion args] | bench gpu | bench engram [--size-gb G ...]
+  bench cpu [criterion args] | bench gpu | bench engram [--size-gb G ...] | bench engram-reuse [PATH ...]
       cpu: the matmul, qgemm and fp4 benchmarks; gpu: build gpu-carry/ and run (or explain) scripts/gpu-check.sh
   lean-check [--root DIR] [--update-baseline]
       check the lean rules (file length, one-line comments) against lean-baseline.txt

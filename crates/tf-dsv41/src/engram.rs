@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tf_core::formats::to_bf16;
 use tf_core::ops::qgemm::Fp8Weight;
 use tf_core::{Checkpoint, Error, Result, bf16};
-use tf_engram::{ChunkRows, EngramTable, FileTable, IoMode, TensorTable};
+use tf_engram::{CachedTable, ChunkRows, EngramTable, FileTable, IoMode, TensorTable};
 
 use crate::linear::Dense;
 
@@ -26,20 +26,22 @@ impl std::fmt::Debug for EngramGate {
 }
 
 impl EngramGate {
-    /// `io`: read the table from disk in this mode, refused unless it holds (rows, dim); `None`: the mapped tensor.
+    /// `io`: read the table from disk in this mode, refused unless it holds (rows, dim), with a hot-row cache of so many rows; `None`: the mapped tensor.
     pub fn load(
         ck: &Checkpoint,
         prefix: &str,
         (hc, dim, cols): (usize, usize, usize),
-        io: Option<(IoMode, u64, usize)>,
+        io: Option<(IoMode, u64, usize, usize)>,
     ) -> Result<EngramGate> {
         let p = format!("{prefix}engram.");
         let name = format!("{p}embed");
         let table: Arc<dyn EngramTable> = match io {
             None => Arc::new(TensorTable::open(ck, &name).map_err(|e| Error::Invalid(e.to_string()))?),
-            Some((mode, rows, tdim)) => Arc::new(
-                FileTable::open_shards(ck, &name, (rows, tdim), mode).map_err(|e| Error::Invalid(e.to_string()))?,
-            ),
+            Some((mode, rows, tdim, cache)) => {
+                let t =
+                    FileTable::open_shards(ck, &name, (rows, tdim), mode).map_err(|e| Error::Invalid(e.to_string()))?;
+                if cache > 0 { Arc::new(CachedTable::new(t, cache)) } else { Arc::new(t) }
+            }
         };
         let wkv = QLinear::load(ck, &format!("{p}wkv"), dim * (hc + 1), cols * table.dim())?;
         let q = Dense::load(ck, &format!("{p}q_weight"), hc, dim)?.w;

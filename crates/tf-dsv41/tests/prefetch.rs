@@ -41,6 +41,10 @@ fn rows_from_disk_and_fetched_ahead_give_the_same_logits() {
             let disk = Model::load(dir.path(), Options { engram_io: Some(mode), ..base }).unwrap();
             assert_eq!(run(&disk, &prompt, 64, true), want, "{mode:?} + read-ahead, replay {replay}");
         }
+        // A hot-row cache smaller than one chunk's rows evicts all along and still serves the table's rows.
+        let cached =
+            Model::load(dir.path(), Options { engram_io: Some(IoMode::Direct), engram_cache_rows: 50, ..base });
+        assert_eq!(run(&cached.unwrap(), &prompt, 64, true), want, "hot-row cache, replay {replay}");
     }
     let m = Model::load(dir.path(), Options::default()).unwrap();
     let st = m.new_state();

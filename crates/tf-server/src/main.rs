@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_server::generate;
 
-const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--cuda-graphs] [--exl3-kernels exact|fast] [--max-lanes N]
+const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--engram-cache-rows N] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--cuda-graphs] [--exl3-kernels exact|fast] [--max-lanes N]
          [--prefill-experts exl3|mxfp4] [--prefill-mxfp4-layers N] [--prefill-mxfp4-min-rows N]
          [--max-queue N] [--max-queued-tokens N] [--max-active-tokens N] [--prefill-chunk N]
          [--admission fifo|short-first] [--prefix-block N] [--prefix-cache-tokens N (0: off)]
@@ -120,6 +120,7 @@ fn serve(args: &[String]) -> ExitCode {
                     _ => Err(format!("--engram-io: `{v}` is not mapped, mmap or direct")),
                 })
                 .map(|m| cfg.engram_io = m),
+            "--engram-cache-rows" => num(value()).map(|n| cfg.engram_cache_rows = n),
             "--no-replay" => {
                 cfg.replay = false;
                 Ok(())
@@ -168,6 +169,10 @@ fn serve(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if cfg.engram_cache_rows > 0 && cfg.engram_io.is_none() {
+        eprintln!("tf serve: --engram-cache-rows needs --engram-io mmap|direct (mapped tables are in memory)\n{USAGE}");
+        return ExitCode::from(2);
+    }
     if cfg.cuda_graphs && cfg.device == tf_server::http::serve::Device::Cpu {
         eprintln!("tf serve: --cuda-graphs needs --device cuda\n{USAGE}");
         return ExitCode::from(2);

@@ -96,6 +96,9 @@ fn usage_errors_exit_2() {
     let bad_kernels = tf(&["serve", "--exl3-kernels", "turbo", "--port", "0"]);
     assert_eq!(bad_kernels.status.code(), Some(2));
     assert!(String::from_utf8(bad_kernels.stderr).unwrap().contains("--exl3-kernels: `turbo` is not exact or fast"));
+    let cache_mapped = tf(&["serve", "--engram-cache-rows", "1000", "--port", "0"]);
+    assert_eq!(cache_mapped.status.code(), Some(2));
+    assert!(String::from_utf8(cache_mapped.stderr).unwrap().contains("--engram-cache-rows needs --engram-io"));
 }
 
 #[test]

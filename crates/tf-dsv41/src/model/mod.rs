@@ -28,6 +28,8 @@ pub struct Options {
     pub quirks: Quirks,
     /// Engram rows from the mapped tensors (`None`) or from the shards through `tf_engram::FileTable` in this mode.
     pub engram_io: Option<tf_engram::IoMode>,
+    /// Rows of each table read from disk kept decoded in host memory (`tf_engram::CachedTable`, 2·head_dim bytes each); 0: no cache.
+    pub engram_cache_rows: usize,
     /// Tier-2 numerics switch, off by default: RMSNorm and mHC's x² sum in 32 lanes and a fixed fold (`SumOrder::Lanes32`).
     pub wide_sums: bool,
     /// Tier-2 switch, off by default (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for prompt chunks.
@@ -51,6 +53,7 @@ impl Default for Options {
             replay: true,
             quirks: Quirks::default(),
             engram_io: None,
+            engram_cache_rows: 0,
             wide_sums: false,
             prefill_mxfp4: None,
             exl3_fast: false,
@@ -132,7 +135,7 @@ impl Model {
         let all = roles(&cfg);
         let mut blocks = all[..cfg.n_layers]
             .iter()
-            .map(|r| Block::load(ck, &cfg, r, cols, opts.engram_io))
+            .map(|r| Block::load(ck, &cfg, r, cols, opts.engram_io.map(|m| (m, opts.engram_cache_rows))))
             .collect::<Result<Vec<_>>>()?;
         if let Some(p) = opts.prefill_mxfp4 {
             for b in blocks.iter_mut().take(p.layers.min(cfg.n_layers / 2)) {
@@ -147,7 +150,7 @@ impl Model {
         let dspark = if cfg.n_mtp_layers > 0 && cfg.dspark_block_size > 0 {
             let stages = all[cfg.n_layers..]
                 .iter()
-                .map(|r| Block::load(ck, &cfg, r, cols, opts.engram_io))
+                .map(|r| Block::load(ck, &cfg, r, cols, opts.engram_io.map(|m| (m, opts.engram_cache_rows))))
                 .collect::<Result<Vec<_>>>()?;
             Some(DSparkHeads::load(ck, &cfg, stages)?)
         } else {

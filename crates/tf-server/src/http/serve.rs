@@ -18,6 +18,8 @@ pub struct ServeConfig {
     pub device: Device,
     /// Engram rows from the mapped checkpoint (`None`) or read from its shards in this mode (`--engram-io`).
     pub engram_io: Option<tf_engram::IoMode>,
+    /// Rows of each disk table kept decoded in host memory (`--engram-cache-rows`, 0: none); measured in docs/engram-disk.md.
+    pub engram_cache_rows: usize,
     /// Tier-2 numerics switch (`--wide-sums`): RMSNorm and mHC x² in 32 lanes; off by default, its gate has not said yes.
     pub wide_sums: bool,
     /// Tier-2 switch (`--exl3-kernels fast`): EXL3 on the GPU through tensor cores instead of the exact kernels; off by default.
@@ -61,6 +63,7 @@ impl Default for ServeConfig {
             limits: Limits::default(),
             replay: true,
             engram_io: None,
+            engram_cache_rows: 0,
             device: Device::Cpu,
             wide_sums: false,
             exl3_fast: false,
@@ -132,6 +135,7 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
                 tf_dsv41::Options {
                     replay: cfg.replay,
                     engram_io: cfg.engram_io,
+                    engram_cache_rows: cfg.engram_cache_rows,
                     wide_sums: cfg.wide_sums,
                     exl3_fast: cfg.exl3_fast,
                     prefill_mxfp4: cfg.prefill_mxfp4,
