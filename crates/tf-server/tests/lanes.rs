@@ -144,6 +144,23 @@ fn the_next_queued_prompt_is_fetched_ahead_while_it_waits_and_fed_from_that_read
 }
 
 #[test]
+fn a_read_error_mid_prompt_fails_only_that_request() {
+    let fam = Scripted { prefetch: true, ..Scripted::default() };
+    let h = LaneHost::spawn(fam, Limits { max_lanes: 2, prefill_chunk: 4, ..Limits::default() });
+    let prompts: [Vec<u32>; 3] = [(1..=9).collect(), vec![1, 2, 3, 4, 5, 12, 6, 7], (2..=10).collect()];
+    let runs: Vec<Events> = prompts.iter().map(|p| h.submit(greedy(p.clone(), 3)).unwrap()).collect();
+    let ends: Vec<Option<Event>> = runs.into_iter().map(|r| collect(r).pop()).collect();
+    assert!(
+        matches!(&ends[1], Some(Event::Error(e)) if e.contains("short read") && e.contains("layers.1.engram.embed")),
+        "{ends:?}"
+    );
+    assert!(matches!(ends[0], Some(Event::Done { .. })) && matches!(ends[2], Some(Event::Done { .. })), "{ends:?}");
+    let after = collect(h.submit(greedy((3..=8).collect(), 2)).unwrap());
+    assert!(matches!(after.last(), Some(Event::Done { .. })), "the host still serves: {after:?}");
+    assert_eq!(h.load(), (0, 0));
+}
+
+#[test]
 fn engram_rows_read_from_disk_ahead_equal_the_mapped_tables() {
     // Chunks of 6 and prefix-cache snapshots every 8 tokens cut the prompts unevenly; the repeat resumes from the cache.
     let reqs: Vec<GenRequest> = [0, 1, 0].iter().map(|&i| req(i, 0.0)).collect();

@@ -76,6 +76,10 @@ impl Family for Scripted {
             return Err(format!("fetched ahead for {:?}, fed {}", pf.first(), tokens.len()));
         }
         pf.remove(0);
+        // Token 12 in a chunk stands for a disk read that failed under it (a short read, an I/O error).
+        if tokens.contains(&12) {
+            return Err("engram table `layers.1.engram.embed`: short read at byte 4096".into());
+        }
         self.log.lock().unwrap().push(('F', tokens.len() as u32));
         self.prefill(lane, tokens, last)
     }
