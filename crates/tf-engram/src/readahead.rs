@@ -41,6 +41,8 @@ impl ChunkRows {
 /// Fetches chunk after chunk in order on a background thread, at most `depth` chunks ahead (bounded memory).
 pub struct ReadAhead {
     rx: Option<Receiver<Result<ChunkRows>>>,
+    /// A one-chunk read-ahead (a decode step's rows) needs no worker thread: its parts are on the pool already.
+    one: Option<Result<Pending>>,
     next: usize,
     chunks: usize,
     waits: Vec<Duration>,
@@ -49,8 +51,18 @@ pub struct ReadAhead {
     worker: Option<JoinHandle<()>>,
 }
 
-/// The sorted distinct ids of a chunk and their rows, read in `threads` parts at once on the shared reader pool.
-fn fetch(table: &Arc<dyn EngramTable>, chunk: usize, ids: &[u64], threads: usize) -> Result<ChunkRows> {
+/// A chunk's reads handed to the shared reader pool in parts; `wait` collects them in order.
+struct Pending {
+    chunk: usize,
+    ids: Vec<u64>,
+    parts: usize,
+    rx: Receiver<(usize, Result<Vec<bf16>>)>,
+    dim: usize,
+    table: String,
+}
+
+/// Submits the chunk's sorted distinct ids to the reader pool in `threads` parts.
+fn submit(table: &Arc<dyn EngramTable>, chunk: usize, ids: &[u64], threads: usize) -> Result<Pending> {
     let mut ids = ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
@@ -59,6 +71,7 @@ fn fetch(table: &Arc<dyn EngramTable>, chunk: usize, ids: &[u64], threads: usize
     crate::readers::ensure(threads.max(1));
     let (tx, rx) = std::sync::mpsc::channel();
     let parts: Vec<Vec<u64>> = ids.chunks(per).map(<[u64]>::to_vec).collect();
+    let n = parts.len();
     for (i, part) in parts.into_iter().enumerate() {
         let (reader, tx) = (table.clone(), tx.clone());
         let task = move || {
@@ -66,24 +79,27 @@ fn fetch(table: &Arc<dyn EngramTable>, chunk: usize, ids: &[u64], threads: usize
             let _ = tx.send((i, reader.gather(&part, &mut rows).map(|()| rows)));
         };
         if !crate::readers::submit(task) {
-            return Err(EngramError::BadTable {
-                table: table.name().to_string(),
-                msg: "no reader thread could start".into(),
-            });
+            let msg = "no reader thread could start".into();
+            return Err(EngramError::BadTable { table: table.name().to_string(), msg });
         }
     }
-    drop(tx);
-    let mut got: Vec<(usize, Result<Vec<bf16>>)> = rx.iter().collect();
-    if got.len() != ids.len().div_ceil(per) {
-        let msg = "a read thread stopped before its part".into();
-        return Err(EngramError::BadTable { table: table.name().to_string(), msg });
+    Ok(Pending { chunk, ids, parts: n, rx, dim, table: table.name().to_string() })
+}
+
+impl Pending {
+    fn wait(self) -> Result<ChunkRows> {
+        let mut got: Vec<(usize, Result<Vec<bf16>>)> = self.rx.iter().take(self.parts).collect();
+        if got.len() != self.parts {
+            let msg = "a read thread stopped before its part".into();
+            return Err(EngramError::BadTable { table: self.table, msg });
+        }
+        got.sort_by_key(|(i, _)| *i);
+        let mut rows = Vec::with_capacity(self.ids.len() * self.dim);
+        for (_, part) in got {
+            rows.extend(part?);
+        }
+        Ok(ChunkRows { chunk: self.chunk, ids: self.ids, rows, dim: self.dim })
     }
-    got.sort_by_key(|(i, _)| *i);
-    let mut rows = Vec::with_capacity(ids.len() * dim);
-    for (_, part) in got {
-        rows.extend(part?);
-    }
-    Ok(ChunkRows { chunk, ids, rows, dim })
 }
 
 fn produce(
@@ -97,7 +113,7 @@ fn produce(
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let r = fetch(&table, i, ids, threads);
+        let r = submit(&table, i, ids, threads).and_then(Pending::wait);
         let failed = r.is_err();
         // A send fails only when the forward dropped the read-ahead: nothing left to do.
         if tx.send(r).is_err() || failed {
@@ -110,6 +126,20 @@ impl ReadAhead {
     /// Starts fetching `chunks` (the row ids each chunk of the forward will gather, repeats allowed) from `table`.
     pub fn start(table: Arc<dyn EngramTable>, chunks: Vec<Vec<u64>>, depth: usize, threads: usize) -> ReadAhead {
         let n = chunks.len();
+        if n == 1 {
+            let one = Some(submit(&table, 0, &chunks[0], threads));
+            let stop = Arc::new(AtomicBool::new(false));
+            return ReadAhead {
+                rx: None,
+                one,
+                next: 0,
+                chunks: 1,
+                waits: Vec::new(),
+                failed: None,
+                stop,
+                worker: None,
+            };
+        }
         // The channel holds `depth` finished chunks; the worker blocks on the next, so memory stays bounded.
         let (tx, rx) = sync_channel(depth.max(1));
         let stop = Arc::new(AtomicBool::new(false));
@@ -120,6 +150,7 @@ impl ReadAhead {
             .expect("spawning the read-ahead thread");
         ReadAhead {
             rx: Some(rx),
+            one: None,
             next: 0,
             chunks: n,
             waits: Vec::with_capacity(n),
@@ -137,7 +168,10 @@ impl ReadAhead {
         }
         if self.failed.is_none() {
             let t = Instant::now();
-            let got = self.rx.as_ref().expect("present until drop").recv();
+            let got = match self.one.take() {
+                Some(p) => Ok(p.and_then(Pending::wait)),
+                None => self.rx.as_ref().expect("present until drop").recv(),
+            };
             self.waits.push(t.elapsed());
             match got {
                 Ok(Ok(c)) if c.chunk == self.next => {
