@@ -20,7 +20,14 @@ fn run(m: &Model, prompt: &[u32], chunk: usize, ahead: bool) -> Vec<Vec<f32>> {
     for _ in 0..3 {
         let l = out.last().unwrap();
         let t = (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as u32;
-        out.push(m.decode(&mut st, &[t]).unwrap().remove(0));
+        let l = if ahead {
+            // The decode row's rows fetched from the moment its token is known, as the lane host does.
+            let mut pf = m.prefetch_after(st.engram.as_ref(), &[t], &[1], (1, 2)).unwrap().expect("Engram");
+            m.decode_prefetched(&mut st, &[t], &mut pf).unwrap()
+        } else {
+            m.decode(&mut st, &[t]).unwrap()
+        };
+        out.push(l.into_iter().next().unwrap());
     }
     out
 }

@@ -144,6 +144,19 @@ fn the_next_queued_prompt_is_fetched_ahead_while_it_waits_and_fed_from_that_read
 }
 
 #[test]
+fn each_decode_row_is_fetched_from_when_its_token_was_sampled() {
+    let fam = Scripted { prefetch: true, ..Scripted::default() };
+    let log = fam.log.clone();
+    let h = LaneHost::spawn(fam, Limits { max_lanes: 1, prefill_chunk: 4, ..Limits::default() });
+    let events = collect(h.submit(greedy((1..=5).collect(), 4)).unwrap());
+    assert!(matches!(events.last(), Some(Event::Done { .. })), "{events:?}");
+    let log = log.lock().unwrap().clone();
+    let fed: Vec<(char, u32)> = log.iter().copied().filter(|(k, _)| *k == 'g' || *k == 'G').collect();
+    // Tokens 6..9 are sampled; the first three are decoded, each from its own read-ahead; the last ends the request.
+    assert_eq!(fed, [('g', 6), ('G', 6), ('g', 7), ('G', 7), ('g', 8), ('G', 8)], "{log:?}");
+}
+
+#[test]
 fn a_read_error_mid_prompt_fails_only_that_request() {
     let fam = Scripted { prefetch: true, ..Scripted::default() };
     let h = LaneHost::spawn(fam, Limits { max_lanes: 2, prefill_chunk: 4, ..Limits::default() });

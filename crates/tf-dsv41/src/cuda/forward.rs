@@ -150,6 +150,16 @@ impl GpuModel {
 
     /// Runs rows after the prompt (a decode token or a few verify rows) through every layer; logits per row.
     pub fn decode(&self, lane: &mut GpuLane, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        self.decode_with(lane, tokens, &[])
+    }
+
+    /// [`GpuModel::decode`] of rows whose Engram rows were fetched ahead as one chunk.
+    pub fn decode_prefetched(&self, lane: &mut GpuLane, tokens: &[u32], pf: &mut Prefetch) -> Result<Vec<Vec<f32>>> {
+        let ahead = pf.next_chunk(tokens.len())?;
+        self.decode_with(lane, tokens, &ahead)
+    }
+
+    fn decode_with(&self, lane: &mut GpuLane, tokens: &[u32], ahead: &[ChunkRows]) -> Result<Vec<Vec<f32>>> {
         if lane.replay.is_some() {
             return Err(Error::Invalid("decode before the prompt's last chunk was prefilled".into()));
         }
@@ -161,7 +171,7 @@ impl GpuModel {
         let n = self.cfg().n_layers;
         let mut step = || -> Result<super::weights::Buf> {
             let mut s = self.embed_rows(tokens)?;
-            self.run_blocks(0..n, &mut s, lane, pos0, (&ids, &[]), false)?;
+            self.run_blocks(0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
             self.head_rows(&s).map_err(cuda)
         };
         let logits = if self.graph_step(tokens.len()) {

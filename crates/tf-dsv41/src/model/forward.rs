@@ -150,6 +150,11 @@ impl Model {
 
     /// Runs rows after the prompt (one decode token, or a few verify rows) through every layer; logits per row.
     pub fn decode(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        self.decode_with(st, tokens, &[])
+    }
+
+    /// [`Model::decode`] with these rows' Engram rows fetched ahead (one chunk per Engram layer, [`crate::model::Prefetch`]).
+    pub(crate) fn decode_with(&self, st: &mut SeqState, tokens: &[u32], ahead: &[ChunkRows]) -> Result<Vec<Vec<f32>>> {
         if st.replay.is_some() {
             return Err(Error::Invalid("decode before the prompt's last chunk was prefilled".into()));
         }
@@ -159,7 +164,7 @@ impl Model {
         let pos0 = st.pos;
         let ids = self.engram_ids(st, tokens)?;
         let mut s = self.embed_rows(tokens)?;
-        let taps = self.run_blocks(&self.blocks, &mut s, st, pos0, (&ids, &[]), false)?;
+        let taps = self.run_blocks(&self.blocks, &mut s, st, pos0, (&ids, ahead), false)?;
         self.seed_draft_rings(st, pos0, &taps, tokens.len());
         st.pos += tokens.len();
         Ok(self.logits(&s))

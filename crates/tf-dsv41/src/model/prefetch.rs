@@ -89,6 +89,12 @@ impl Model {
         }))
     }
 
+    /// [`Model::decode`] of rows whose Engram rows were fetched ahead as one chunk (`prefetch_after(.., &[tokens.len()], ..)`).
+    pub fn decode_prefetched(&self, st: &mut SeqState, tokens: &[u32], pf: &mut Prefetch) -> Result<Vec<Vec<f32>>> {
+        let ahead = pf.next_chunk(tokens.len())?;
+        self.decode_with(st, tokens, &ahead)
+    }
+
     /// [`Model::prefill`] of the next chunk of a prefetched prompt: its Engram rows come from the read-ahead.
     pub fn prefill_prefetched(
         &self,

@@ -41,6 +41,19 @@ pub trait Family: Send + 'static {
     ) -> Result<Option<Vec<f32>>, String> {
         self.prefill(lane, tokens, last)
     }
+    /// Starts fetching what decoding `tokens` next on `lane` will read, as soon as they are sampled; `None`: nothing to fetch.
+    fn prefetch_decode(&self, _lane: &Self::Lane, _tokens: &[u32]) -> Option<Self::Prefetch> {
+        None
+    }
+    /// [`Family::decode`] of the rows `prefetch_decode` fetched for.
+    fn decode_prefetched(
+        &self,
+        lane: &mut Self::Lane,
+        tokens: &[u32],
+        _pf: &mut Self::Prefetch,
+    ) -> Result<Vec<Vec<f32>>, String> {
+        self.decode(lane, tokens)
+    }
 }
 
 /// Read-ahead depth (chunks) and reader threads of an admitted prompt's Engram rows (docs/engram-disk.md).
@@ -58,6 +71,15 @@ fn dsv41_prefetch(
     }
     let fresh = m.hasher.as_ref().map(tf_engram::NgramHasher::history);
     m.prefetch_after(hist.unwrap_or(fresh.as_ref()), prompt, chunks, ENGRAM_AHEAD).map_err(|e| e.to_string())
+}
+
+/// A decode step's rows as one chunk; a read-ahead that cannot start leaves the step to read its rows itself.
+fn dsv41_prefetch_decode(
+    m: &tf_dsv41::Model,
+    hist: Option<&tf_engram::NgramHistory>,
+    tokens: &[u32],
+) -> Option<tf_dsv41::model::Prefetch> {
+    dsv41_prefetch(m, Some(hist), tokens, &[tokens.len()]).ok().flatten()
 }
 
 impl Family for tf_dsv41::Model {
@@ -110,6 +132,19 @@ impl Family for tf_dsv41::Model {
         pf: &mut Self::Prefetch,
     ) -> Result<Option<Vec<f32>>, String> {
         tf_dsv41::Model::prefill_prefetched(self, lane, tokens, last, pf).map_err(|e| e.to_string())
+    }
+
+    fn prefetch_decode(&self, lane: &Self::Lane, tokens: &[u32]) -> Option<Self::Prefetch> {
+        dsv41_prefetch_decode(self, lane.engram.as_ref(), tokens)
+    }
+
+    fn decode_prefetched(
+        &self,
+        lane: &mut Self::Lane,
+        tokens: &[u32],
+        pf: &mut Self::Prefetch,
+    ) -> Result<Vec<Vec<f32>>, String> {
+        tf_dsv41::Model::decode_prefetched(self, lane, tokens, pf).map_err(|e| e.to_string())
     }
 }
 
@@ -164,6 +199,19 @@ impl Family for tf_dsv41::cuda::GpuModel {
         pf: &mut Self::Prefetch,
     ) -> Result<Option<Vec<f32>>, String> {
         tf_dsv41::cuda::GpuModel::prefill_prefetched(self, lane, tokens, last, pf).map_err(|e| e.to_string())
+    }
+
+    fn prefetch_decode(&self, lane: &Self::Lane, tokens: &[u32]) -> Option<Self::Prefetch> {
+        dsv41_prefetch_decode(self.cpu.as_ref()?, lane.engram.as_ref(), tokens)
+    }
+
+    fn decode_prefetched(
+        &self,
+        lane: &mut Self::Lane,
+        tokens: &[u32],
+        pf: &mut Self::Prefetch,
+    ) -> Result<Vec<Vec<f32>>, String> {
+        tf_dsv41::cuda::GpuModel::decode_prefetched(self, lane, tokens, pf).map_err(|e| e.to_string())
     }
 }
 

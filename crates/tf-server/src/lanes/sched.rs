@@ -13,6 +13,8 @@ struct Active<L, P> {
     lane: L,
     /// The prompt's rows in flight since admission (Engram read-ahead), one chunk per prefill step.
     prefetch: Option<P>,
+    /// The next decode row's rows, fetched from when its token was sampled.
+    decode_pf: Option<P>,
     job: Job,
     fed: usize,
     cached: usize,
@@ -157,6 +159,7 @@ impl<F: Family> Scheduler<F> {
             let a = Active {
                 lane,
                 prefetch,
+                decode_pf: None,
                 job,
                 fed: cached,
                 cached,
@@ -254,12 +257,21 @@ impl<F: Family> Scheduler<F> {
             }
         } else {
             let next = a.next.expect("a lane past its prompt has a next token");
-            match family.decode(&mut a.lane, &[next]) {
+            let r = match a.decode_pf.take() {
+                Some(mut pf) => family.decode_prefetched(&mut a.lane, &[next], &mut pf),
+                None => family.decode(&mut a.lane, &[next]),
+            };
+            match r {
                 Ok(mut rows) => rows.remove(0),
                 Err(e) => return fail(a, e),
             }
         };
-        emit(a, &logits, family.eos_token(), family.max_context(), &self.metrics)
+        let after = emit(a, &logits, family.eos_token(), family.max_context(), &self.metrics);
+        if let (After::Continue, Some(next)) = (&after, a.next) {
+            // The token's rows are read while other lanes' steps run, one step ahead of its own.
+            a.decode_pf = family.prefetch_decode(&a.lane, &[next]);
+        }
+        after
     }
 }
 

@@ -83,6 +83,26 @@ impl Family for Scripted {
         self.log.lock().unwrap().push(('F', tokens.len() as u32));
         self.prefill(lane, tokens, last)
     }
+
+    fn prefetch_decode(&self, _lane: &Vec<u32>, tokens: &[u32]) -> Option<Vec<usize>> {
+        self.prefetch.then(|| {
+            self.log.lock().unwrap().push(('g', tokens[0]));
+            vec![tokens[0] as usize]
+        })
+    }
+
+    fn decode_prefetched(
+        &self,
+        lane: &mut Vec<u32>,
+        tokens: &[u32],
+        pf: &mut Vec<usize>,
+    ) -> Result<Vec<Vec<f32>>, String> {
+        if pf[..] != [tokens[0] as usize] {
+            return Err(format!("fetched ahead for {pf:?}, decoding {tokens:?}"));
+        }
+        self.log.lock().unwrap().push(('G', tokens[0]));
+        self.decode(lane, tokens)
+    }
 }
 
 fn next_logits(lane: &[u32]) -> Vec<f32> {

@@ -1,4 +1,4 @@
-//! Engram on the GPU from disk through the read-ahead: the same logits as the mapped tables, bit for bit.
+//! Engram on the GPU from disk through the read-ahead (prompt chunks and decode rows): the same logits as the mapped tables, bit for bit.
 
 use crate::e2e::{argmax, err, prompt};
 use tf_core::rng::SplitMix64;
@@ -28,7 +28,14 @@ fn run(gm: &GpuModel, p: &[u32], chunk: usize, ahead: bool) -> Result<Vec<Vec<f3
     }
     for _ in 0..3 {
         let t = argmax(out.last().ok_or_else(|| err("no logits"))?);
-        out.push(gm.decode(&mut lane, &[t]).map_err(err)?.remove(0));
+        let rows = match gm.cpu.as_ref().filter(|_| ahead) {
+            Some(cpu) => {
+                let pf = cpu.prefetch_after(lane.engram.as_ref(), &[t], &[1], (1, 2)).map_err(err)?;
+                gm.decode_prefetched(&mut lane, &[t], &mut pf.ok_or_else(|| err("no decode read-ahead"))?)
+            }
+            None => gm.decode(&mut lane, &[t]),
+        };
+        out.push(rows.map_err(err)?.remove(0));
     }
     Ok(out)
 }
