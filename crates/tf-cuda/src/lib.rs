@@ -10,6 +10,7 @@ pub mod graph;
 pub mod kernels;
 pub mod nvrtc;
 pub mod ops;
+pub mod pinned;
 pub mod pool;
 pub mod report;
 pub mod timing;

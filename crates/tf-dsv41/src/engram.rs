@@ -69,6 +69,21 @@ impl EngramGate {
     pub fn gather_rows<I: AsRef<[u64]>>(&self, ids: &[I], ahead: Option<&ChunkRows>) -> Result<Vec<bf16>> {
         let width = ids.first().map_or(0, |r| r.as_ref().len()) * self.table.dim();
         let mut e = vec![bf16::ZERO; ids.len() * width];
+        self.gather_rows_into(ids, ahead, &mut e)?;
+        Ok(e)
+    }
+
+    /// [`EngramGate::gather_rows`] into `e` (`ids.len()` rows of ids × table dim), e.g. a pinned staging buffer.
+    pub fn gather_rows_into<I: AsRef<[u64]>>(
+        &self,
+        ids: &[I],
+        ahead: Option<&ChunkRows>,
+        e: &mut [bf16],
+    ) -> Result<()> {
+        let width = ids.first().map_or(0, |r| r.as_ref().len()) * self.table.dim();
+        if e.len() != ids.len() * width {
+            return Err(Error::Invalid(format!("engram rows: {} values for {} rows of {width}", e.len(), ids.len())));
+        }
         for (row_ids, out) in ids.iter().zip(e.chunks_exact_mut(width.max(1))) {
             // Rows fetched ahead serve this call; rows from earlier chunks (the replay pass) come from the table.
             let got = ahead.map_or(Err(()), |a| a.gather(row_ids.as_ref(), out).map_err(|_| ()));
@@ -76,7 +91,7 @@ impl EngramGate {
                 self.table.gather(row_ids.as_ref(), out).map_err(|err| Error::Invalid(err.to_string()))?;
             }
         }
-        Ok(e)
+        Ok(())
     }
 }
 

@@ -30,6 +30,8 @@ pub struct GpuModel {
     /// Decode steps run as one CUDA graph each (`Gpu::replay`), after a first step of each row count runs directly.
     pub graphs: bool,
     pub(crate) graph_warm: std::sync::Mutex<std::collections::HashSet<usize>>,
+    /// Pinned buffers each layer's Engram rows are gathered into, then copied once per layer per call.
+    pub(crate) engram_staging: tf_cuda::pinned::PinnedRing,
 }
 
 /// Per phase name: host enqueue seconds, total seconds, calls.
@@ -117,6 +119,7 @@ impl GpuModel {
             profile: Default::default(),
             graphs: false,
             graph_warm: Default::default(),
+            engram_staging: Default::default(),
         })
     }
 
@@ -256,7 +259,7 @@ impl GpuModel {
         Ok(self.logits(&GStreams { x, mix, rows: 1 })?.remove(0))
     }
 
-    /// Adds this layer's Engram to the streams: rows gathered on the host (from `ahead` when fetched ahead), one upload, projected and gated on the GPU.
+    /// Adds this layer's Engram to the streams: rows gathered on the host straight into pinned staging (from `ahead` when fetched ahead), one copy, projected and gated on the GPU.
     pub(crate) fn apply_engram(
         &self,
         b: &GBlock,
@@ -270,9 +273,10 @@ impl GpuModel {
         };
         let cfg = self.cfg();
         let width = ids[0].len() * cpu.table.dim();
-        let e = cpu.gather_rows(ids, ahead)?;
-        let mut run = || -> Result<(), Error> {
-            let ed = self.gpu.upload(&e)?;
+        let mut staged = self.engram_staging.stage(self.gpu, s.rows * width * 2).map_err(cuda_err)?;
+        cpu.gather_rows_into(ids, ahead, bytemuck::cast_slice_mut(staged.bytes()))?;
+        let run = || -> Result<(), Error> {
+            let ed = staged.upload()?;
             let kv = g.wkv.forward_f32(self.gpu, &Acts::new(&ed, s.rows, width))?;
             ops::engram_gate(
                 self.gpu,

@@ -199,6 +199,7 @@ impl GpuModel {
             profile: Default::default(),
             graphs: false,
             graph_warm: Default::default(),
+            engram_staging: Default::default(),
         })
     }
 
