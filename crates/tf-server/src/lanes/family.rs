@@ -82,6 +82,46 @@ fn dsv41_prefetch_decode(
     dsv41_prefetch(m, Some(hist), tokens, &[tokens.len()]).ok().flatten()
 }
 
+/// The read-ahead methods of a dsv41 backend `$m`, whose `$cpu` gives the CPU model holding the tables and hasher.
+macro_rules! dsv41_read_ahead {
+    ($m:path, $cpu:path) => {
+        type Prefetch = tf_dsv41::model::Prefetch;
+
+        fn prefetch(
+            &self,
+            lane: Option<&Self::Lane>,
+            prompt: &[u32],
+            chunks: &[usize],
+        ) -> Result<Option<Self::Prefetch>, String> {
+            let Some(cpu) = $cpu(self) else { return Ok(None) };
+            dsv41_prefetch(cpu, lane.map(|l| l.engram.as_ref()), prompt, chunks)
+        }
+
+        fn prefill_prefetched(
+            &self,
+            lane: &mut Self::Lane,
+            tokens: &[u32],
+            last: bool,
+            pf: &mut Self::Prefetch,
+        ) -> Result<Option<Vec<f32>>, String> {
+            <$m>::prefill_prefetched(self, lane, tokens, last, pf).map_err(|e| e.to_string())
+        }
+
+        fn prefetch_decode(&self, lane: &Self::Lane, tokens: &[u32]) -> Option<Self::Prefetch> {
+            dsv41_prefetch_decode($cpu(self)?, lane.engram.as_ref(), tokens)
+        }
+
+        fn decode_prefetched(
+            &self,
+            lane: &mut Self::Lane,
+            tokens: &[u32],
+            pf: &mut Self::Prefetch,
+        ) -> Result<Vec<Vec<f32>>, String> {
+            <$m>::decode_prefetched(self, lane, tokens, pf).map_err(|e| e.to_string())
+        }
+    };
+}
+
 impl Family for tf_dsv41::Model {
     type Lane = tf_dsv41::state::SeqState;
 
@@ -113,39 +153,7 @@ impl Family for tf_dsv41::Model {
         tf_dsv41::Model::decode(self, lane, tokens).map_err(|e| e.to_string())
     }
 
-    type Prefetch = tf_dsv41::model::Prefetch;
-
-    fn prefetch(
-        &self,
-        lane: Option<&Self::Lane>,
-        prompt: &[u32],
-        chunks: &[usize],
-    ) -> Result<Option<Self::Prefetch>, String> {
-        dsv41_prefetch(self, lane.map(|l| l.engram.as_ref()), prompt, chunks)
-    }
-
-    fn prefill_prefetched(
-        &self,
-        lane: &mut Self::Lane,
-        tokens: &[u32],
-        last: bool,
-        pf: &mut Self::Prefetch,
-    ) -> Result<Option<Vec<f32>>, String> {
-        tf_dsv41::Model::prefill_prefetched(self, lane, tokens, last, pf).map_err(|e| e.to_string())
-    }
-
-    fn prefetch_decode(&self, lane: &Self::Lane, tokens: &[u32]) -> Option<Self::Prefetch> {
-        dsv41_prefetch_decode(self, lane.engram.as_ref(), tokens)
-    }
-
-    fn decode_prefetched(
-        &self,
-        lane: &mut Self::Lane,
-        tokens: &[u32],
-        pf: &mut Self::Prefetch,
-    ) -> Result<Vec<Vec<f32>>, String> {
-        tf_dsv41::Model::decode_prefetched(self, lane, tokens, pf).map_err(|e| e.to_string())
-    }
+    dsv41_read_ahead!(tf_dsv41::Model, Some);
 }
 
 impl Family for tf_dsv41::cuda::GpuModel {
@@ -179,40 +187,12 @@ impl Family for tf_dsv41::cuda::GpuModel {
         tf_dsv41::cuda::GpuModel::decode(self, lane, tokens).map_err(|e| e.to_string())
     }
 
-    type Prefetch = tf_dsv41::model::Prefetch;
+    dsv41_read_ahead!(tf_dsv41::cuda::GpuModel, gpu_cpu);
+}
 
-    fn prefetch(
-        &self,
-        lane: Option<&Self::Lane>,
-        prompt: &[u32],
-        chunks: &[usize],
-    ) -> Result<Option<Self::Prefetch>, String> {
-        let Some(cpu) = self.cpu.as_ref() else { return Ok(None) };
-        dsv41_prefetch(cpu, lane.map(|l| l.engram.as_ref()), prompt, chunks)
-    }
-
-    fn prefill_prefetched(
-        &self,
-        lane: &mut Self::Lane,
-        tokens: &[u32],
-        last: bool,
-        pf: &mut Self::Prefetch,
-    ) -> Result<Option<Vec<f32>>, String> {
-        tf_dsv41::cuda::GpuModel::prefill_prefetched(self, lane, tokens, last, pf).map_err(|e| e.to_string())
-    }
-
-    fn prefetch_decode(&self, lane: &Self::Lane, tokens: &[u32]) -> Option<Self::Prefetch> {
-        dsv41_prefetch_decode(self.cpu.as_ref()?, lane.engram.as_ref(), tokens)
-    }
-
-    fn decode_prefetched(
-        &self,
-        lane: &mut Self::Lane,
-        tokens: &[u32],
-        pf: &mut Self::Prefetch,
-    ) -> Result<Vec<Vec<f32>>, String> {
-        tf_dsv41::cuda::GpuModel::decode_prefetched(self, lane, tokens, pf).map_err(|e| e.to_string())
-    }
+/// The CPU model a GPU model keeps for its Engram tables and hasher.
+fn gpu_cpu(m: &tf_dsv41::cuda::GpuModel) -> Option<&tf_dsv41::Model> {
+    m.cpu.as_ref()
 }
 
 /// Loads the dsv41 family from a checkpoint directory.
