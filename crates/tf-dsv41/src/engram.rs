@@ -26,20 +26,25 @@ impl std::fmt::Debug for EngramGate {
 }
 
 impl EngramGate {
-    /// `io`: read the table from disk in this mode, refused unless it holds (rows, dim), with a hot-row cache of so many rows; `None`: the mapped tensor.
+    /// The table from `tables` (this checkpoint or DeepSeek's original), the rest from `ck`; `io`: read it from disk in this mode with a hot-row cache of so many rows, refused unless it holds (rows, dim); `None`: the mapped tensor.
     pub fn load(
-        ck: &Checkpoint,
+        (ck, tables): (&Checkpoint, &Checkpoint),
         prefix: &str,
         (hc, dim, cols): (usize, usize, usize),
         io: Option<(IoMode, u64, usize, usize)>,
     ) -> Result<EngramGate> {
         let p = format!("{prefix}engram.");
         let name = format!("{p}embed");
+        if !tables.contains(&format!("{name}.weight")) {
+            return Err(Error::Invalid(format!(
+                "tensor `{name}.weight` is not in the checkpoint; an EXL3 checkpoint keeps no Engram tables: take them from DeepSeek's original one (--engram-from DIR, or its shards in <model dir>/engram)"
+            )));
+        }
         let table: Arc<dyn EngramTable> = match io {
-            None => Arc::new(TensorTable::open(ck, &name).map_err(|e| Error::Invalid(e.to_string()))?),
+            None => Arc::new(TensorTable::open(tables, &name).map_err(|e| Error::Invalid(e.to_string()))?),
             Some((mode, rows, tdim, cache)) => {
-                let t =
-                    FileTable::open_shards(ck, &name, (rows, tdim), mode).map_err(|e| Error::Invalid(e.to_string()))?;
+                let t = FileTable::open_shards(tables, &name, (rows, tdim), mode)
+                    .map_err(|e| Error::Invalid(e.to_string()))?;
                 if cache > 0 { Arc::new(CachedTable::new(t, cache)) } else { Arc::new(t) }
             }
         };

@@ -113,14 +113,18 @@ pub struct Args {
     /// Prompt ids per prefill call; `None` feeds the whole prompt at once.
     pub chunk: Option<usize>,
     pub replay: bool,
+    /// DeepSeek's original checkpoint, for the Engram tables an EXL3 checkpoint lacks.
+    pub engram_from: Option<PathBuf>,
 }
 
-pub const USAGE: &str = "usage: tf generate --model DIR --prompt TEXT [--max-tokens N] [--chunk N] [--no-replay]
+pub const USAGE: &str =
+    "usage: tf generate --model DIR --prompt TEXT [--max-tokens N] [--chunk N] [--no-replay] [--engram-from DIR]
   --model DIR       checkpoint directory with config.json, safetensors shards and tokenizer.json
   --prompt TEXT     prompt text (BOS is prepended)
   --max-tokens N    stop after N generated tokens (default 32); EOS stops earlier
   --chunk N         prefill the prompt N tokens at a time (default: all at once)
-  --no-replay       load with CED bounded replay off";
+  --no-replay       load with CED bounded replay off
+  --engram-from DIR take the Engram tables from DeepSeek's original checkpoint (an EXL3 one has none)";
 
 fn count(flag: &str, v: &str, min: usize) -> std::result::Result<usize, String> {
     match v.parse::<usize>() {
@@ -132,6 +136,7 @@ fn count(flag: &str, v: &str, min: usize) -> std::result::Result<usize, String> 
 /// Parses the flags after `generate`; `Ok(None)` asks for help.
 pub fn parse_args(args: &[String]) -> std::result::Result<Option<Args>, String> {
     let (mut model, mut prompt, mut max_tokens, mut chunk, mut replay) = (None, None, 32, None, true);
+    let mut engram_from = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -146,12 +151,15 @@ pub fn parse_args(args: &[String]) -> std::result::Result<Option<Args>, String> 
             "--max-tokens" => max_tokens = count(flag, &value()?, 0)?,
             "--chunk" => chunk = Some(count(flag, &value()?, 1)?),
             "--no-replay" if inline.is_none() => replay = false,
+            "--engram-from" => engram_from = Some(PathBuf::from(value()?)),
             other => return Err(format!("unexpected argument `{other}`")),
         }
     }
     let model = model.ok_or("--model DIR is required")?;
     let prompt = prompt.ok_or("--prompt TEXT is required")?;
-    Ok(Some(Args { model, prompt, max_tokens, chunk, replay }))
+    // TensorFold's variable for the same folder, so its users' setups carry over.
+    let engram_from = engram_from.or_else(|| std::env::var_os("TF_DSV41_ENGRAM_DIR").map(PathBuf::from));
+    Ok(Some(Args { model, prompt, max_tokens, chunk, replay, engram_from }))
 }
 
 /// A model and its tokenizer, loaded from one checkpoint directory.
@@ -160,13 +168,15 @@ pub struct Loaded {
     pub tokenizer: Tokenizer,
 }
 
-/// Loads `dir`'s model and `tokenizer.json`, and checks that they agree on the vocabulary.
-pub fn load(dir: &Path, replay: bool) -> Result<Loaded> {
+/// Loads `dir`'s model (Engram tables from `engram_from` when given) and `tokenizer.json`, and checks that they agree on the vocabulary.
+pub fn load(dir: &Path, replay: bool, engram_from: Option<&Path>) -> Result<Loaded> {
     if !dir.is_dir() {
         return Err(Error::Invalid(format!("{}: not a model directory (no such directory)", dir.display())));
     }
     let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
-    let opts = tf_dsv41::Options { replay, ..tf_dsv41::Options::default() };
+    // One path for the process's life: Options stays Copy.
+    let engram_from = engram_from.map(|p| &*Box::leak(p.to_path_buf().into_boxed_path()));
+    let opts = tf_dsv41::Options { replay, engram_from, ..tf_dsv41::Options::default() };
     let model = tf_dsv41::Model::load(dir, opts)?;
     if tokenizer.vocab_size() > model.cfg.vocab_size {
         let (t, m) = (tokenizer.vocab_size(), model.cfg.vocab_size);
@@ -186,7 +196,7 @@ pub fn prompt_ids(tok: &Tokenizer, text: &str, bos: u32) -> Result<Vec<u32>> {
 
 /// Runs `tf generate`, writing text to `out` as it is decoded.
 pub fn run(args: &Args, out: &mut impl std::io::Write) -> Result<Stats> {
-    let Loaded { model, tokenizer } = load(&args.model, args.replay)?;
+    let Loaded { model, tokenizer } = load(&args.model, args.replay, args.engram_from.as_deref())?;
     let (bos, eos) = (model.cfg.bos_token_id, model.cfg.eos_token_id);
     let prompt = prompt_ids(&tokenizer, &args.prompt, bos)?;
     let chunk = args.chunk.unwrap_or(prompt.len());

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_server::generate;
 
-const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--engram-cache-rows N] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--cuda-graphs] [--exl3-kernels exact|fast] [--max-lanes N]
+const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--engram-cache-rows N] [--engram-from DIR] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--cuda-graphs] [--exl3-kernels exact|fast] [--max-lanes N]
          [--prefill-experts exl3|mxfp4] [--prefill-mxfp4-layers N] [--prefill-mxfp4-min-rows N]
          [--max-queue N] [--max-queued-tokens N] [--max-active-tokens N] [--prefill-chunk N]
          [--admission fifo|short-first] [--prefix-block N] [--prefix-cache-tokens N (0: off)]
@@ -121,6 +121,7 @@ fn serve(args: &[String]) -> ExitCode {
                 })
                 .map(|m| cfg.engram_io = m),
             "--engram-cache-rows" => num(value()).map(|n| cfg.engram_cache_rows = n),
+            "--engram-from" => value().map(|v| cfg.engram_from = Some(PathBuf::from(v))),
             "--no-replay" => {
                 cfg.replay = false;
                 Ok(())
@@ -169,6 +170,8 @@ fn serve(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // TensorFold's variable for the same folder, so its users' setups carry over.
+    cfg.engram_from = cfg.engram_from.or_else(|| std::env::var_os("TF_DSV41_ENGRAM_DIR").map(PathBuf::from));
     if cfg.engram_cache_rows > 0 && cfg.engram_io.is_none() {
         eprintln!("tf serve: --engram-cache-rows needs --engram-io mmap|direct (mapped tables are in memory)\n{USAGE}");
         return ExitCode::from(2);

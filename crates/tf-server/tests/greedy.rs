@@ -101,6 +101,8 @@ fn flags_parse_with_defaults_and_inline_values() {
     assert_eq!(a.model.to_str(), Some("/m"));
     let a = args(&["--prompt=a=b", "--model=/m", "--max-tokens", "5", "--chunk=7", "--no-replay"]).unwrap().unwrap();
     assert_eq!((a.prompt.as_str(), a.max_tokens, a.chunk, a.replay), ("a=b", 5, Some(7), false));
+    let a = args(&["--model", "/m", "--prompt", "p", "--engram-from", "/orig"]).unwrap().unwrap();
+    assert_eq!(a.engram_from.as_deref(), Some(std::path::Path::new("/orig")));
     assert_eq!(args(&["--help"]).unwrap(), None);
 }
 

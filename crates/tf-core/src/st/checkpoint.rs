@@ -30,6 +30,12 @@ impl Checkpoint {
         Self::from_shards(path, vec![path.to_path_buf()])
     }
 
+    /// Every `*.safetensors` present in a directory, ignoring an index (a folder holding only some of a release's shards), or one shard.
+    pub fn open_present(path: impl AsRef<Path>) -> Result<Checkpoint> {
+        let path = path.as_ref();
+        if path.is_dir() { Self::from_dir(path) } else { Self::open(path) }
+    }
+
     fn from_dir(dir: &Path) -> Result<Checkpoint> {
         let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
         let mut files = Vec::new();

@@ -60,7 +60,7 @@ impl Block {
         cfg: &Config,
         role: &LayerRole,
         engram_cols: usize,
-        engram_io: Option<(tf_engram::IoMode, usize)>,
+        (tables, engram_io): (&Checkpoint, Option<(tf_engram::IoMode, usize)>),
     ) -> Result<Block> {
         let l = role.layer;
         let prefix = if role.is_dspark { format!("mtp.{}.", l - cfg.n_layers) } else { format!("layers.{l}.") };
@@ -70,7 +70,7 @@ impl Block {
         let engram = if !role.is_dspark && cfg.engram_layer_ids.contains(&l) {
             let k = cfg.engram_layer_ids.iter().position(|&e| e == l).expect("an engram layer");
             let io = engram_io.map(|(mode, cache)| (mode, cfg.engram_num_embeddings[k], cfg.engram_head_dim, cache));
-            Some(EngramGate::load(ck, &prefix, (hc, cfg.dim, engram_cols), io)?)
+            Some(EngramGate::load((ck, tables), &prefix, (hc, cfg.dim, engram_cols), io)?)
         } else {
             None
         };

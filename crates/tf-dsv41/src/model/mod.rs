@@ -30,6 +30,8 @@ pub struct Options {
     pub engram_io: Option<tf_engram::IoMode>,
     /// Rows of each table read from disk kept decoded in host memory (`tf_engram::CachedTable`, 2·head_dim bytes each); 0: no cache.
     pub engram_cache_rows: usize,
+    /// Another checkpoint (or folder of some of its shards) to take the Engram tables from, as an EXL3 checkpoint keeps none; `None`: this one, else `<dir>/engram`.
+    pub engram_from: Option<&'static std::path::Path>,
     /// Tier-2 numerics switch, off by default: RMSNorm and mHC's x² sum in 32 lanes and a fixed fold (`SumOrder::Lanes32`).
     pub wide_sums: bool,
     /// Tier-2 switch, off by default (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for prompt chunks.
@@ -54,6 +56,7 @@ impl Default for Options {
             quirks: Quirks::default(),
             engram_io: None,
             engram_cache_rows: 0,
+            engram_from: None,
             wide_sums: false,
             prefill_mxfp4: None,
             exl3_fast: false,
@@ -132,11 +135,17 @@ impl Model {
             )
         };
         let cols = hasher.as_ref().map_or(0, |h| h.layout().cols());
+        // The tables: --engram-from, else this checkpoint's own, else `<dir>/engram` (TensorFold's folder of the original shards 47-48).
+        let own = cfg.engram_layer_ids.first().is_none_or(|l| ck.contains(&format!("layers.{l}.engram.embed.weight")));
+        let source = match opts.engram_from {
+            Some(p) => Some(p.to_path_buf()),
+            None => Some(dir.join("engram")).filter(|d| !own && d.is_dir()),
+        };
+        let from = source.filter(|_| hasher.is_some()).map(Checkpoint::open_present).transpose()?;
+        let engram = (from.as_ref().unwrap_or(ck), opts.engram_io.map(|m| (m, opts.engram_cache_rows)));
         let all = roles(&cfg);
-        let mut blocks = all[..cfg.n_layers]
-            .iter()
-            .map(|r| Block::load(ck, &cfg, r, cols, opts.engram_io.map(|m| (m, opts.engram_cache_rows))))
-            .collect::<Result<Vec<_>>>()?;
+        let mut blocks =
+            all[..cfg.n_layers].iter().map(|r| Block::load(ck, &cfg, r, cols, engram)).collect::<Result<Vec<_>>>()?;
         if let Some(p) = opts.prefill_mxfp4 {
             for b in blocks.iter_mut().take(p.layers.min(cfg.n_layers / 2)) {
                 if !b.ffn.add_mxfp4_prefill(p.min_rows)? {
@@ -150,7 +159,7 @@ impl Model {
         let dspark = if cfg.n_mtp_layers > 0 && cfg.dspark_block_size > 0 {
             let stages = all[cfg.n_layers..]
                 .iter()
-                .map(|r| Block::load(ck, &cfg, r, cols, opts.engram_io.map(|m| (m, opts.engram_cache_rows))))
+                .map(|r| Block::load(ck, &cfg, r, cols, engram))
                 .collect::<Result<Vec<_>>>()?;
             Some(DSparkHeads::load(ck, &cfg, stages)?)
         } else {

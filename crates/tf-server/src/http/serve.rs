@@ -20,6 +20,8 @@ pub struct ServeConfig {
     pub engram_io: Option<tf_engram::IoMode>,
     /// Rows of each disk table kept decoded in host memory (`--engram-cache-rows`, 0: none); measured in docs/engram-disk.md.
     pub engram_cache_rows: usize,
+    /// DeepSeek's original checkpoint to take the Engram tables from (`--engram-from`): an EXL3 checkpoint keeps none.
+    pub engram_from: Option<PathBuf>,
     /// Tier-2 numerics switch (`--wide-sums`): RMSNorm and mHC x² in 32 lanes; off by default, its gate has not said yes.
     pub wide_sums: bool,
     /// Tier-2 switch (`--exl3-kernels fast`): EXL3 on the GPU through tensor cores instead of the exact kernels; off by default.
@@ -64,6 +66,7 @@ impl Default for ServeConfig {
             replay: true,
             engram_io: None,
             engram_cache_rows: 0,
+            engram_from: None,
             device: Device::Cpu,
             wide_sums: false,
             exl3_fast: false,
@@ -136,6 +139,8 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
                     replay: cfg.replay,
                     engram_io: cfg.engram_io,
                     engram_cache_rows: cfg.engram_cache_rows,
+                    // One path for the process's life: Options stays Copy.
+                    engram_from: cfg.engram_from.clone().map(|p| &*Box::leak(p.into_boxed_path())),
                     wide_sums: cfg.wide_sums,
                     exl3_fast: cfg.exl3_fast,
                     prefill_mxfp4: cfg.prefill_mxfp4,
