@@ -19,11 +19,15 @@ pub enum Exl3Mode {
     Quantize,
 }
 
-/// `[out, inp]` f32 of a stored FP8 or FP4 linear `{name}` or of the bf16 head, or `None` when it is none of them.
+/// The official checkpoint's bf16 linears that TensorFold's published EXL3 checkpoint holds as trellises (its `cuda/weights.py`).
+const BF16_AS_EXL3: [&str; 4] = [".attn.wo_a", ".attn.compressor.wkv", ".attn.compressor.wgate", ".attn.indexer.wk"];
+
+/// `[out, inp]` f32 of a stored FP8 or FP4 linear `{name}` or of the bf16 head or one in [`BF16_AS_EXL3`], or `None` when it is none of them.
 fn dequant(ck: &Checkpoint, name: &str) -> Result<Option<(Vec<f32>, usize, usize)>> {
     let Ok(t) = ck.get(&format!("{name}.weight")) else { return Ok(None) };
-    // TensorFold's published checkpoint stores the head as EXL3 too.
-    if name == "head" && t.dtype() == DType::BF16 && t.shape().len() == 2 {
+    // TensorFold's published checkpoint stores these bf16 linears as EXL3 too.
+    let listed = name == "head" || BF16_AS_EXL3.iter().any(|m| name.ends_with(m));
+    if listed && t.dtype() == DType::BF16 && t.shape().len() == 2 {
         return Ok(Some((t.to_f32_vec()?, t.shape()[0], t.shape()[1])));
     }
     if !ck.contains(&format!("{name}.scale")) {
