@@ -144,6 +144,25 @@ fn the_next_queued_prompt_is_fetched_ahead_while_it_waits_and_fed_from_that_read
 }
 
 #[test]
+fn a_queued_prompt_with_nothing_to_fetch_is_asked_once_not_every_step() {
+    let fam = Scripted::default();
+    let (log, gate) = (fam.log.clone(), fam.gate.clone());
+    let held = gate.lock().unwrap();
+    let h = LaneHost::spawn(fam, Limits { max_lanes: 1, prefill_chunk: 2, ..Limits::default() });
+    let a = h.submit(greedy((1..=10).collect(), 3)).unwrap();
+    while !log.lock().unwrap().contains(&('n', 0)) {
+        std::thread::yield_now();
+    }
+    let b = h.submit(greedy((2..=5).collect(), 2)).unwrap();
+    drop(held);
+    assert!(collect(a).last().is_some_and(|e| matches!(e, Event::Done { .. })));
+    assert!(collect(b).last().is_some_and(|e| matches!(e, Event::Done { .. })));
+    let asked = log.lock().unwrap().iter().filter(|e| e.0 == 'n').count();
+    // A at admission; B once while it waited through A's 8 steps, and again at its admission.
+    assert_eq!(asked, 3, "{:?}", log.lock().unwrap());
+}
+
+#[test]
 fn each_decode_row_is_fetched_from_when_its_token_was_sampled() {
     let fam = Scripted { prefetch: true, ..Scripted::default() };
     let log = fam.log.clone();

@@ -32,12 +32,12 @@ impl<L, P> Active<L, P> {
     }
 }
 
-/// A queued job's read-ahead, started before it has a lane; the job's cancel flag (held, so its address stays unique) names it.
+/// A queued job's read-ahead, started before it has a lane (`None`: tried, nothing to fetch); the job's cancel flag (held, so its address stays unique) names it.
 struct Early<P> {
     job: Arc<std::sync::atomic::AtomicU8>,
     cached: usize,
     lens: Vec<usize>,
-    prefetch: P,
+    prefetch: Option<P>,
 }
 
 pub(super) struct Scheduler<F: Family> {
@@ -141,8 +141,8 @@ impl<F: Family> Scheduler<F> {
             let chunks = chunk_lens(cached, prompt.len(), self.limits.prefill_chunk.max(1), snapshot_at);
             // A read-ahead started while the job was queued serves it if the prompt cache still cuts it the same way.
             let early = self.early.take_if(|e| Arc::ptr_eq(&e.job, &job.cancel));
-            let prefetch = match early.filter(|e| e.cached == cached && e.lens == chunks) {
-                Some(e) => Ok(Some(e.prefetch)),
+            let prefetch = match early.filter(|e| e.cached == cached && e.lens == chunks).and_then(|e| e.prefetch) {
+                Some(p) => Ok(Some(p)),
                 None if chunks.is_empty() => Ok(None),
                 None => self.family.prefetch(Some(&lane), &prompt[cached..], &chunks),
             };
@@ -190,13 +190,10 @@ impl<F: Family> Scheduler<F> {
         let snapshot = self.cache.snapshot_point(prompt.len());
         let (cached, lane) = self.cache.lookup(prompt).map_or((0, None), |(n, l)| (n, Some(l)));
         let lens = chunk_lens(cached, prompt.len(), self.limits.prefill_chunk.max(1), snapshot.filter(|&s| s > cached));
-        if lens.is_empty() {
-            return;
-        }
-        // A read-ahead that cannot start now is tried again at admission, where its error fails the request.
-        if let Ok(Some(prefetch)) = self.family.prefetch(lane, &prompt[cached..], &lens) {
-            self.early = Some(Early { job: job.cancel.clone(), cached, lens, prefetch });
-        }
+        // Tried once per job (hashing a long prompt every step would cost); one that cannot start is tried again at admission, where its error fails the request.
+        let prefetch =
+            if lens.is_empty() { None } else { self.family.prefetch(lane, &prompt[cached..], &lens).ok().flatten() };
+        self.early = Some(Early { job: job.cancel.clone(), cached, lens, prefetch });
     }
 
     /// One prompt chunk of the oldest lane still in its prompt, or one decode round over the lanes past theirs.

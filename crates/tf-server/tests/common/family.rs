@@ -58,6 +58,7 @@ impl Family for Scripted {
         chunks: &[usize],
     ) -> Result<Option<Vec<usize>>, String> {
         if !self.prefetch {
+            self.log.lock().unwrap().push(('n', 0));
             return Ok(None);
         }
         assert_eq!(chunks.iter().sum::<usize>(), prompt.len(), "the chunks cut the prompt");
