@@ -17,6 +17,13 @@ struct Slot {
 // SAFETY: `ptr` points into the pinned allocation owned beside it; it is written only under the ring's lock.
 unsafe impl Send for Slot {}
 
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The copy may still read the pinned bytes that are freed after this.
+        let _ = self.copied.synchronize();
+    }
+}
+
 /// The two slots and which one is next.
 type Slots = ([Option<Slot>; 2], usize);
 
@@ -88,7 +95,11 @@ impl<'g> Staged<'_, 'g> {
         let src = unsafe { std::slice::from_raw_parts(s.ptr, self.len) };
         let what = || format!("copying {} pinned bytes to the GPU", self.len);
         self.gpu.stream().memcpy_htod(src, &mut buf.dev_mut().slice_mut(..self.len)).doing(what)?;
-        s.copied.record(self.gpu.stream()).doing(|| "recording a pinned slot's copy".into())?;
+        if let Err(e) = s.copied.record(self.gpu.stream()) {
+            // Without the event the slot could be rewritten under this copy: wait for it here instead.
+            let _ = self.gpu.stream().synchronize();
+            return Err(e).doing(|| "recording a pinned slot's copy".into());
+        }
         Ok(buf)
     }
 }

@@ -45,7 +45,11 @@ impl EngramGate {
             Some((mode, rows, tdim, cache)) => {
                 let t = FileTable::open_shards(tables, &name, (rows, tdim), mode)
                     .map_err(|e| Error::Invalid(e.to_string()))?;
-                if cache > 0 { Arc::new(CachedTable::new(t, cache)) } else { Arc::new(t) }
+                if cache > 0 {
+                    Arc::new(CachedTable::new(t, cache).map_err(|e| Error::Invalid(e.to_string()))?)
+                } else {
+                    Arc::new(t)
+                }
             }
         };
         let wkv = QLinear::load(ck, &format!("{p}wkv"), dim * (hc + 1), cols * table.dim())?;

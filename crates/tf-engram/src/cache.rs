@@ -1,7 +1,7 @@
 //! A hot-row cache in front of a table read from disk: CLOCK over a fixed arena, so its memory is set at creation.
 
-use crate::Result;
 use crate::table::{EngramTable, check_gather};
+use crate::{EngramError, Result};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,13 +18,8 @@ pub struct Clock {
 
 impl Clock {
     pub fn new(cap: usize) -> Clock {
-        Clock {
-            slot_of: HashMap::with_capacity(cap),
-            keys: Vec::with_capacity(cap),
-            used: Vec::with_capacity(cap),
-            hand: 0,
-            cap,
-        }
+        // Grown as keys arrive: a capacity asked for need not be allocatable up front.
+        Clock { slot_of: HashMap::new(), keys: Vec::new(), used: Vec::new(), hand: 0, cap }
     }
 
     /// The key's slot if held (marking it used).
@@ -76,14 +71,15 @@ pub struct CachedTable<T: EngramTable> {
 }
 
 impl<T: EngramTable> CachedTable<T> {
-    pub fn new(inner: T, rows: usize) -> CachedTable<T> {
-        let arena = vec![bf16::ZERO; rows * inner.dim()];
-        CachedTable {
-            inner,
-            state: Mutex::new((Clock::new(rows), arena)),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-        }
+    /// Fails, naming the table, when the arena of `rows` decoded rows cannot be allocated.
+    pub fn new(inner: T, rows: usize) -> Result<CachedTable<T>> {
+        let bad = |msg: String| EngramError::BadTable { table: inner.name().to_string(), msg };
+        let n = rows.checked_mul(inner.dim()).ok_or_else(|| bad(format!("a cache of {rows} rows overflows")))?;
+        let mut arena = Vec::new();
+        arena.try_reserve_exact(n).map_err(|e| bad(format!("a cache of {rows} rows ({} bytes): {e}", n * 2)))?;
+        arena.resize(n, bf16::ZERO);
+        let (hits, misses) = (AtomicU64::new(0), AtomicU64::new(0));
+        Ok(CachedTable { inner, state: Mutex::new((Clock::new(rows), arena)), hits, misses })
     }
 
     /// Rows served from the cache and from the inner table so far.

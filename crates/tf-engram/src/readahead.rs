@@ -4,7 +4,7 @@ use crate::table::EngramTable;
 use crate::{EngramError, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tf_core::bf16;
@@ -42,7 +42,7 @@ impl ChunkRows {
 pub struct ReadAhead {
     rx: Option<Receiver<Result<ChunkRows>>>,
     /// A one-chunk read-ahead (a decode step's rows) needs no worker thread: its parts are on the pool already.
-    one: Option<Result<Pending>>,
+    one: Option<Pending>,
     next: usize,
     chunks: usize,
     waits: Vec<Duration>,
@@ -51,54 +51,72 @@ pub struct ReadAhead {
     worker: Option<JoinHandle<()>>,
 }
 
-/// A chunk's reads handed to the shared reader pool in parts; `wait` collects them in order.
+/// One part of a chunk's reads: whoever claims it first (a pool reader or the waiter) reads it and sends its rows.
+struct Part {
+    i: usize,
+    ids: Vec<u64>,
+    claimed: AtomicBool,
+}
+
+type PartRows = (usize, Result<Vec<bf16>>);
+
+fn run_part(part: &Part, table: &dyn EngramTable, tx: &Sender<PartRows>) {
+    if part.claimed.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mut rows = vec![bf16::ZERO; part.ids.len() * table.dim()];
+    let _ = tx.send((part.i, table.gather(&part.ids, &mut rows).map(|()| rows)));
+}
+
+/// A chunk's reads handed to the shared reader pool in parts; `wait` reads the parts no reader has started itself, so it never queues behind other prompts' reads.
 struct Pending {
     chunk: usize,
     ids: Vec<u64>,
-    parts: usize,
-    rx: Receiver<(usize, Result<Vec<bf16>>)>,
-    dim: usize,
-    table: String,
+    parts: Vec<Arc<Part>>,
+    table: Arc<dyn EngramTable>,
+    tx: Sender<PartRows>,
+    rx: Receiver<PartRows>,
 }
 
 /// Submits the chunk's sorted distinct ids to the reader pool in `threads` parts.
-fn submit(table: &Arc<dyn EngramTable>, chunk: usize, ids: &[u64], threads: usize) -> Result<Pending> {
+fn submit(table: &Arc<dyn EngramTable>, chunk: usize, ids: &[u64], threads: usize) -> Pending {
     let mut ids = ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
-    let dim = table.dim();
     let per = ids.len().div_ceil(threads.max(1)).max(1);
     crate::readers::ensure(threads.max(1));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let parts: Vec<Vec<u64>> = ids.chunks(per).map(<[u64]>::to_vec).collect();
-    let n = parts.len();
-    for (i, part) in parts.into_iter().enumerate() {
-        let (reader, tx) = (table.clone(), tx.clone());
-        let task = move || {
-            let mut rows = vec![bf16::ZERO; part.len() * dim];
-            let _ = tx.send((i, reader.gather(&part, &mut rows).map(|()| rows)));
-        };
-        if !crate::readers::submit(task) {
-            let msg = "no reader thread could start".into();
-            return Err(EngramError::BadTable { table: table.name().to_string(), msg });
-        }
+    let (tx, rx) = channel();
+    let parts: Vec<Arc<Part>> = ids
+        .chunks(per)
+        .enumerate()
+        .map(|(i, p)| Arc::new(Part { i, ids: p.to_vec(), claimed: AtomicBool::new(false) }))
+        .collect();
+    for part in &parts {
+        let (part, reader, tx) = (part.clone(), table.clone(), tx.clone());
+        // A part no reader could take is read by the waiter.
+        crate::readers::submit(move || run_part(&part, reader.as_ref(), &tx));
     }
-    Ok(Pending { chunk, ids, parts: n, rx, dim, table: table.name().to_string() })
+    Pending { chunk, ids, parts, table: table.clone(), tx, rx }
 }
 
 impl Pending {
     fn wait(self) -> Result<ChunkRows> {
-        let mut got: Vec<(usize, Result<Vec<bf16>>)> = self.rx.iter().take(self.parts).collect();
-        if got.len() != self.parts {
+        let Pending { chunk, ids, parts, table, tx, rx } = self;
+        parts.iter().for_each(|p| run_part(p, table.as_ref(), &tx));
+        // Only the readers' senders remain: a reader that died mid-part ends the wait instead of hanging it.
+        drop(tx);
+        let mut got: Vec<PartRows> = rx.iter().take(parts.len()).collect();
+        if got.len() != parts.len() {
             let msg = "a read thread stopped before its part".into();
-            return Err(EngramError::BadTable { table: self.table, msg });
+            return Err(EngramError::BadTable { table: table.name().to_string(), msg });
         }
         got.sort_by_key(|(i, _)| *i);
-        let mut rows = Vec::with_capacity(self.ids.len() * self.dim);
+        let dim = table.dim();
+        let mut rows = Vec::with_capacity(ids.len() * dim);
         for (_, part) in got {
             rows.extend(part?);
         }
-        Ok(ChunkRows { chunk: self.chunk, ids: self.ids, rows, dim: self.dim })
+        Ok(ChunkRows { chunk, ids, rows, dim })
     }
 }
 
@@ -113,7 +131,7 @@ fn produce(
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let r = submit(&table, i, ids, threads).and_then(Pending::wait);
+        let r = submit(&table, i, ids, threads).wait();
         let failed = r.is_err();
         // A send fails only when the forward dropped the read-ahead: nothing left to do.
         if tx.send(r).is_err() || failed {
@@ -146,17 +164,18 @@ impl ReadAhead {
         let flag = stop.clone();
         let worker = std::thread::Builder::new()
             .name("engram-readahead".into())
-            .spawn(move || produce(table, chunks, threads, tx, flag))
-            .expect("spawning the read-ahead thread");
+            .spawn(move || produce(table, chunks, threads, tx, flag));
+        // A thread the system refuses fails this prompt's chunks (the request), never the caller's thread.
+        let failed = worker.as_ref().err().map(|e| format!("cannot start the read-ahead thread: {e}"));
         ReadAhead {
             rx: Some(rx),
             one: None,
             next: 0,
             chunks: n,
             waits: Vec::with_capacity(n),
-            failed: None,
+            failed,
             stop,
-            worker: Some(worker),
+            worker: worker.ok(),
         }
     }
 
@@ -169,7 +188,7 @@ impl ReadAhead {
         if self.failed.is_none() {
             let t = Instant::now();
             let got = match self.one.take() {
-                Some(p) => Ok(p.and_then(Pending::wait)),
+                Some(p) => Ok(p.wait()),
                 None => self.rx.as_ref().expect("present until drop").recv(),
             };
             self.waits.push(t.elapsed());

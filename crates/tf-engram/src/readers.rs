@@ -53,8 +53,10 @@ pub fn reader_threads() -> usize {
     *lock(&pool().threads)
 }
 
-/// Runs `task` on a pool reader; false when no reader could be started.
-pub(crate) fn submit(task: impl FnOnce() + Send + 'static) -> bool {
+/// Runs `task` on a pool reader; with none (none could start) the task is dropped, and its waiter does the work.
+pub(crate) fn submit(task: impl FnOnce() + Send + 'static) {
     ensure(1);
-    reader_threads() > 0 && lock(&pool().tx).send(Box::new(task)).is_ok()
+    if reader_threads() > 0 {
+        let _ = lock(&pool().tx).send(Box::new(task));
+    }
 }

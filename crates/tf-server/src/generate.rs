@@ -157,8 +157,6 @@ pub fn parse_args(args: &[String]) -> std::result::Result<Option<Args>, String> 
     }
     let model = model.ok_or("--model DIR is required")?;
     let prompt = prompt.ok_or("--prompt TEXT is required")?;
-    // TensorFold's variable for the same folder, so its users' setups carry over.
-    let engram_from = engram_from.or_else(|| std::env::var_os("TF_DSV41_ENGRAM_DIR").map(PathBuf::from));
     Ok(Some(Args { model, prompt, max_tokens, chunk, replay, engram_from }))
 }
 

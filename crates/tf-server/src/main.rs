@@ -170,8 +170,6 @@ fn serve(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // TensorFold's variable for the same folder, so its users' setups carry over.
-    cfg.engram_from = cfg.engram_from.or_else(|| std::env::var_os("TF_DSV41_ENGRAM_DIR").map(PathBuf::from));
     if cfg.engram_cache_rows > 0 && cfg.engram_io.is_none() {
         eprintln!("tf serve: --engram-cache-rows needs --engram-io mmap|direct (mapped tables are in memory)\n{USAGE}");
         return ExitCode::from(2);

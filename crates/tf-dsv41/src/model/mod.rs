@@ -135,11 +135,14 @@ impl Model {
             )
         };
         let cols = hasher.as_ref().map_or(0, |h| h.layout().cols());
-        // The tables: --engram-from, else this checkpoint's own, else `<dir>/engram` (TensorFold's folder of the original shards 47-48).
+        // The tables: --engram-from, else this checkpoint's own, else TensorFold's $TF_DSV41_ENGRAM_DIR or `<dir>/engram` (the original shards 47-48).
         let own = cfg.engram_layer_ids.first().is_none_or(|l| ck.contains(&format!("layers.{l}.engram.embed.weight")));
         let source = match opts.engram_from {
             Some(p) => Some(p.to_path_buf()),
-            None => Some(dir.join("engram")).filter(|d| !own && d.is_dir()),
+            None if own => None,
+            None => std::env::var_os("TF_DSV41_ENGRAM_DIR")
+                .map(std::path::PathBuf::from)
+                .or_else(|| Some(dir.join("engram")).filter(|d| d.is_dir())),
         };
         let from = source.filter(|_| hasher.is_some()).map(Checkpoint::open_present).transpose()?;
         let engram = (from.as_ref().unwrap_or(ck), opts.engram_io.map(|m| (m, opts.engram_cache_rows)));

@@ -56,8 +56,8 @@ pub trait Family: Send + 'static {
     }
 }
 
-/// Read-ahead depth (chunks) and reader threads of an admitted prompt's Engram rows (docs/engram-disk.md).
-const ENGRAM_AHEAD: (usize, usize) = (4, 16);
+/// Read-ahead depth (chunks) and parts per chunk of a prompt's Engram rows; the shared reader pool grows to the parts (docs/engram-disk.md).
+const ENGRAM_AHEAD: (usize, usize) = (4, 64);
 
 /// dsv41's read-ahead after a lane's n-gram history (`None`: a fresh lane's); only tables read from disk (`--engram-io mmap|direct`) are fetched, mapped ones are in memory.
 fn dsv41_prefetch(

@@ -181,7 +181,12 @@ impl<F: Family> Scheduler<F> {
             return;
         };
         let job = &self.queue[i];
-        if self.early.as_ref().is_some_and(|e| Arc::ptr_eq(&e.job, &job.cancel)) || job.cancelled().is_some() {
+        if job.cancelled().is_some() {
+            // A cancelled job waits in the queue until admission drops it; its reads and buffers go now.
+            self.early = None;
+            return;
+        }
+        if self.early.as_ref().is_some_and(|e| Arc::ptr_eq(&e.job, &job.cancel)) {
             return;
         }
         // A job no longer next gives its read-ahead up: one queued read-ahead at a time.
