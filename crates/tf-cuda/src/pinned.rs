@@ -7,9 +7,8 @@ use cudarc::driver::{CudaEvent, PinnedHostSlice};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 struct Slot {
-    _host: PinnedHostSlice<u8>,
+    host: PinnedHostSlice<u8>,
     ptr: *mut u8,
-    len: usize,
     /// Recorded after the slot's last copy; the slot is written again only once it has passed.
     copied: CudaEvent,
 }
@@ -59,14 +58,14 @@ impl PinnedRing {
         if let Some(s) = &st.0[i] {
             s.copied.synchronize().doing(|| "waiting for a pinned slot's last copy".into())?;
         }
-        if st.0[i].as_ref().is_none_or(|s| s.len < len) {
+        if st.0[i].as_ref().is_none_or(|s| s.host.len() < len) {
             let size = len.next_power_of_two().max(1 << 20);
             // SAFETY: plain page-locked bytes; the bytes handed out are written by the caller before the copy reads them.
             let mut host = unsafe { gpu.context().alloc_pinned_with_flags::<u8>(size, 0) }
                 .doing(|| format!("allocating {size} bytes of pinned staging"))?;
             let ptr = host.as_mut_ptr().doing(|| "reading a pinned slot's address".into())?;
             let copied = gpu.context().new_event(None).doing(|| "creating a pinned slot's event".into())?;
-            st.0[i] = Some(Slot { _host: host, ptr, len: size, copied });
+            st.0[i] = Some(Slot { host, ptr, copied });
         }
         Ok(Staged { gpu, held: Some((st, i)), heap: Vec::new(), len })
     }

@@ -1,6 +1,5 @@
 //! dsv41 from an EXL3 checkpoint on the CPU: every block-scaled linear re-stored as a trellis loads and runs, Engram tables from the original.
 
-use std::path::Path;
 use tf_core::ops::qgemm::Fp8Weight;
 use tf_core::rng::SplitMix64;
 use tf_core::{Checkpoint, Tensor};
@@ -165,9 +164,11 @@ fn engram_tables_load_from_the_original_checkpoint_when_the_exl3_one_has_none() 
     assert!(e.contains("layers.1.engram.embed.weight") && e.contains("--engram-from"), "{e}");
     let prompt: Vec<u32> = (0..40).map(|i| 3 + (i * 7919 % 500) as u32).collect();
     let want = greedy(&Model::load(dst.path(), Options::default()).unwrap(), &prompt, 3);
-    let from: &'static Path = Box::leak(src.path().to_path_buf().into_boxed_path());
     for io in [None, Some(IoMode::Direct)] {
-        let m = Model::load(bare.path(), Options { engram_from: Some(from), engram_io: io, ..Options::default() });
+        let m = Model::load(
+            bare.path(),
+            Options { engram_io: io, ..Options::default() }.with_engram_from(Some(src.path())),
+        );
         assert_eq!(greedy(&m.unwrap(), &prompt, 3), want, "tables from the original checkpoint, {io:?}");
     }
     // TensorFold's layout: the original shards holding the tables in `<model dir>/engram`, beside the release's full index.

@@ -97,8 +97,7 @@ fn a_checkpoint_with_exactly_tensorfolds_keys_loads() {
     for f in ["config.json", "engram_token_map.u32"] {
         std::fs::copy(dst.path().join(f), bare.path().join(f)).unwrap();
     }
-    let from: &'static std::path::Path = Box::leak(src.path().to_path_buf().into_boxed_path());
-    let m = Model::load(bare.path(), Options { engram_from: Some(from), ..Options::default() });
+    let m = Model::load(bare.path(), Options::default().with_engram_from(Some(src.path())));
     let m = m.unwrap_or_else(|e| panic!("TensorFold's key set must load: {e}"));
     // The keys TensorFold does not read (the vision router bias, the tables) change nothing for text.
     let full = Model::load(dst.path(), Options::default()).unwrap();

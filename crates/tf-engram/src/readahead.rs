@@ -5,7 +5,6 @@ use crate::{EngramError, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tf_core::bf16;
 
@@ -48,7 +47,6 @@ pub struct ReadAhead {
     waits: Vec<Duration>,
     failed: Option<String>,
     stop: Arc<AtomicBool>,
-    worker: Option<JoinHandle<()>>,
 }
 
 /// One part of a chunk's reads: whoever claims it first (a pool reader or the waiter) reads it and sends its rows.
@@ -143,40 +141,23 @@ fn produce(
 impl ReadAhead {
     /// Starts fetching `chunks` (the row ids each chunk of the forward will gather, repeats allowed) from `table`.
     pub fn start(table: Arc<dyn EngramTable>, chunks: Vec<Vec<u64>>, depth: usize, threads: usize) -> ReadAhead {
-        let n = chunks.len();
+        let (n, stop) = (chunks.len(), Arc::new(AtomicBool::new(false)));
+        let (mut rx, mut one, mut failed) = (None, None, None);
         if n == 1 {
-            let one = Some(submit(&table, 0, &chunks[0], threads));
-            let stop = Arc::new(AtomicBool::new(false));
-            return ReadAhead {
-                rx: None,
-                one,
-                next: 0,
-                chunks: 1,
-                waits: Vec::new(),
-                failed: None,
-                stop,
-                worker: None,
-            };
+            one = Some(submit(&table, 0, &chunks[0], threads));
+        } else {
+            // The channel holds `depth` finished chunks; the worker blocks on the next, so memory stays bounded.
+            let (tx, r) = sync_channel(depth.max(1));
+            let flag = stop.clone();
+            // The worker is never joined: it ends after its current chunk once the receiver is gone.
+            let spawned = std::thread::Builder::new()
+                .name("engram-readahead".into())
+                .spawn(move || produce(table, chunks, threads, tx, flag));
+            // A thread the system refuses fails this prompt's chunks (the request), never the caller's thread.
+            failed = spawned.err().map(|e| format!("cannot start the read-ahead thread: {e}"));
+            rx = Some(r);
         }
-        // The channel holds `depth` finished chunks; the worker blocks on the next, so memory stays bounded.
-        let (tx, rx) = sync_channel(depth.max(1));
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let worker = std::thread::Builder::new()
-            .name("engram-readahead".into())
-            .spawn(move || produce(table, chunks, threads, tx, flag));
-        // A thread the system refuses fails this prompt's chunks (the request), never the caller's thread.
-        let failed = worker.as_ref().err().map(|e| format!("cannot start the read-ahead thread: {e}"));
-        ReadAhead {
-            rx: Some(rx),
-            one: None,
-            next: 0,
-            chunks: n,
-            waits: Vec::with_capacity(n),
-            failed,
-            stop,
-            worker: worker.ok(),
-        }
+        ReadAhead { rx, one, next: 0, chunks: n, waits: Vec::with_capacity(n), failed, stop }
     }
 
     /// The next chunk's rows, in order; blocks (and counts the wait) only when the disk is behind. After an error every later call returns it again: the request fails, nothing hangs.
@@ -214,8 +195,7 @@ impl ReadAhead {
 impl Drop for ReadAhead {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        // Dropping the receiver unblocks a worker waiting to send; the worker ends after its current chunk, unjoined, so a cancelled prompt never waits on the disk.
+        // Dropping the receiver unblocks a worker waiting to send; it ends after its current chunk, so a cancelled prompt never waits on the disk.
         self.rx.take();
-        self.worker.take();
     }
 }

@@ -53,9 +53,8 @@ pub fn reader_threads() -> usize {
     *lock(&pool().threads)
 }
 
-/// Runs `task` on a pool reader; with none (none could start) the task is dropped, and its waiter does the work.
+/// Runs `task` on a pool reader (the caller grew the pool first); with none (none could start) the task is dropped, and its waiter does the work.
 pub(crate) fn submit(task: impl FnOnce() + Send + 'static) {
-    ensure(1);
     if reader_threads() > 0 {
         let _ = lock(&pool().tx).send(Box::new(task));
     }

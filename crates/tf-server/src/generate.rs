@@ -172,9 +172,7 @@ pub fn load(dir: &Path, replay: bool, engram_from: Option<&Path>) -> Result<Load
         return Err(Error::Invalid(format!("{}: not a model directory (no such directory)", dir.display())));
     }
     let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
-    // One path for the process's life: Options stays Copy.
-    let engram_from = engram_from.map(|p| &*Box::leak(p.to_path_buf().into_boxed_path()));
-    let opts = tf_dsv41::Options { replay, engram_from, ..tf_dsv41::Options::default() };
+    let opts = tf_dsv41::Options { replay, ..tf_dsv41::Options::default() }.with_engram_from(engram_from);
     let model = tf_dsv41::Model::load(dir, opts)?;
     if tokenizer.vocab_size() > model.cfg.vocab_size {
         let (t, m) = (tokenizer.vocab_size(), model.cfg.vocab_size);

@@ -48,19 +48,7 @@ impl GpuModel {
         self.prefill_with(lane, tokens, last, &[])
     }
 
-    /// Starts the Engram read-ahead of a prompt cut in chunks of `lens`, after the lane's history, as the CPU's [`crate::Model::prefetch_chunks`].
-    pub fn prefetch_chunks(
-        &self,
-        lane: &GpuLane,
-        prompt: &[u32],
-        lens: &[usize],
-        ahead: (usize, usize),
-    ) -> Result<Option<Prefetch>> {
-        let Some(cpu) = self.cpu.as_ref() else { return Ok(None) };
-        cpu.prefetch_after(lane.engram.as_ref(), prompt, lens, ahead)
-    }
-
-    /// [`GpuModel::prefill`] of the next chunk of a prefetched prompt: its Engram rows come from the read-ahead.
+    /// [`GpuModel::prefill`] of the next chunk of a prefetched prompt (started by the CPU model's `prefetch_after` on the lane's history): its Engram rows come from the read-ahead.
     pub fn prefill_prefetched(
         &self,
         lane: &mut GpuLane,

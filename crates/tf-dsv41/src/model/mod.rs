@@ -49,6 +49,14 @@ pub struct PrefillMxfp4 {
     pub min_rows: usize,
 }
 
+impl Options {
+    /// `self` taking the Engram tables from `dir` when given: the path lives for the process, so Options stays Copy.
+    pub fn with_engram_from(self, dir: Option<&Path>) -> Options {
+        let engram_from = dir.map(|d| &*Box::leak(d.to_path_buf().into_boxed_path())).or(self.engram_from);
+        Options { engram_from, ..self }
+    }
+}
+
 impl Default for Options {
     fn default() -> Options {
         Options {

@@ -139,13 +139,12 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
                     replay: cfg.replay,
                     engram_io: cfg.engram_io,
                     engram_cache_rows: cfg.engram_cache_rows,
-                    // One path for the process's life: Options stays Copy.
-                    engram_from: cfg.engram_from.clone().map(|p| &*Box::leak(p.into_boxed_path())),
                     wide_sums: cfg.wide_sums,
                     exl3_fast: cfg.exl3_fast,
                     prefill_mxfp4: cfg.prefill_mxfp4,
                     ..tf_dsv41::Options::default()
-                },
+                }
+                .with_engram_from(cfg.engram_from.as_deref()),
                 cfg.device,
                 cfg.cuda_graphs,
             )

@@ -13,7 +13,12 @@ use tf_engram::IoMode;
 fn run(gm: &GpuModel, p: &[u32], chunk: usize, ahead: bool) -> Result<Vec<Vec<f32>>, Error> {
     let mut lane = gm.new_lane()?;
     let lens: Vec<usize> = p.chunks(chunk).map(<[u32]>::len).collect();
-    let mut pf = if ahead { gm.prefetch_chunks(&lane, p, &lens, (2, 4)).map_err(err)? } else { None };
+    // The GPU model's read-ahead is its CPU model's (tables and hasher) on the lane's history, as the server starts it.
+    let cpu = gm.cpu.as_ref().filter(|_| ahead);
+    let mut pf = match cpu {
+        Some(cpu) => cpu.prefetch_after(lane.engram.as_ref(), p, &lens, (2, 4)).map_err(err)?,
+        None => None,
+    };
     if ahead && pf.is_none() {
         return Err(err("the read-ahead did not start: no Engram tables"));
     }
@@ -28,7 +33,7 @@ fn run(gm: &GpuModel, p: &[u32], chunk: usize, ahead: bool) -> Result<Vec<Vec<f3
     }
     for _ in 0..3 {
         let t = argmax(out.last().ok_or_else(|| err("no logits"))?);
-        let rows = match gm.cpu.as_ref().filter(|_| ahead) {
+        let rows = match cpu {
             Some(cpu) => {
                 let pf = cpu.prefetch_after(lane.engram.as_ref(), &[t], &[1], (1, 2)).map_err(err)?;
                 gm.decode_prefetched(&mut lane, &[t], &mut pf.ok_or_else(|| err("no decode read-ahead"))?)
