@@ -8,11 +8,24 @@ use tf_cuda::{Error, Gpu, KernelSource, PoolBuf};
 
 /// `fp4_gemv` and `fp4_gemv_routed`: packed E2M1 + E8M0 weights times FP8 activation rows, in the CPU reference's order.
 pub const FP4_GEMV: KernelSource = KernelSource::new("fp4_gemv", include_str!("../kernels/fp4_gemv.cu"));
-/// EXL3 trellis linears: exact tile decode, the Hadamard sides and the in-order GEMV (`crate::exl3_cuda`).
-pub const EXL3: KernelSource = KernelSource::new("exl3", include_str!("../kernels/exl3.cu"));
+/// The helpers every `kernels/exl3*.cu` shares; each of those sources is this file followed by its own.
+pub const EXL3_COMMON: &str = include_str!("../kernels/exl3_common.cuh");
+/// EXL3 trellis linears: exact tile decode and the GEMVs, exact and tensor-core (`crate::exl3_cuda`).
+pub const EXL3: KernelSource =
+    KernelSource::new("exl3", concat!(include_str!("../kernels/exl3_common.cuh"), include_str!("../kernels/exl3.cu")));
+/// The EXL3 prompt path: the effective weight rebuilt in fp16 for one dense GEMM (`crate::exl3_prompt`).
+pub const EXL3_PROMPT: KernelSource = KernelSource::new(
+    "exl3_prompt",
+    concat!(include_str!("../kernels/exl3_common.cuh"), include_str!("../kernels/exl3_prompt.cu")),
+);
 
 /// Every kernel source of this crate, in file-name order (`tests/compile_kernels.rs` checks it lists `kernels/*.cu`).
-pub const KERNELS: [KernelSource; 2] = [EXL3, FP4_GEMV];
+pub const KERNELS: [KernelSource; 3] = [EXL3, EXL3_PROMPT, FP4_GEMV];
+
+/// A kernel file's source as its [`KernelSource`] holds it: `kernels/exl3*.cu` files come after [`EXL3_COMMON`].
+pub fn with_prelude(name: &str, file: &str) -> String {
+    if name.starts_with("exl3") { format!("{EXL3_COMMON}{file}") } else { file.to_string() }
+}
 
 /// Activation rows one `fp4_gemv` launch takes; more rows run as further launches of at most this many.
 pub const FP4_MAX_ROWS: usize = 8;

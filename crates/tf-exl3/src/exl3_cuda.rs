@@ -7,7 +7,6 @@ use crate::exl3_mma::{
     prepare, rows_in, rows_out,
 };
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
-use tf_cuda::blas::{Blas, Gemm};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu, PoolBuf, grid};
 
@@ -19,15 +18,15 @@ pub struct GpuExl3<'g> {
     pub in_p: usize,
     pub out_p: usize,
     pub k: usize,
-    codebook: i32,
-    trellis: PoolBuf<'g>,
-    suh: PoolBuf<'g>,
-    svh: PoolBuf<'g>,
-    bias: Option<PoolBuf<'g>>,
+    pub(crate) codebook: i32,
+    pub(crate) trellis: PoolBuf<'g>,
+    pub(crate) suh: PoolBuf<'g>,
+    pub(crate) svh: PoolBuf<'g>,
+    pub(crate) bias: Option<PoolBuf<'g>>,
     /// One finished-split counter per 128 outputs; the last block of a group resets its counter to 0.
     done: PoolBuf<'g>,
     /// This weight as the fast kernel's one-row table.
-    table: PoolBuf<'g>,
+    pub(crate) table: PoolBuf<'g>,
 }
 
 impl<'g> GpuExl3<'g> {
@@ -81,40 +80,6 @@ impl<'g> GpuExl3<'g> {
         let jobs = MmaJobs { table: &self.table, experts: 1, ids: None, topk: 0, count: 1, done: &self.done };
         let (xs, mut ys) = (x.dev().slice(..), y.dev_mut().slice_mut(..));
         launch_exact(gpu, (self.in_p, self.out_p, rows), (&[self.k], self.codebook), &jobs, &xs, &mut ys)?;
-        Ok(y)
-    }
-
-    /// `y = x·W (+ bias)` for prompt rows: `Q` decoded to fp16 (lanes, bit for bit), x rotated to fp16, cuBLASLt's fp16 GEMM (f32 sums), Hadamard out.
-    pub fn forward_gemm(
-        &self,
-        gpu: &'g Gpu,
-        blas: &mut Blas<'_>,
-        x: &PoolBuf<'_>,
-        rows: usize,
-    ) -> Result<PoolBuf<'g>, Error> {
-        const OP: &str = "exl3 forward_gemm";
-        check_len(OP, "x", x, bytes(OP, bytes(OP, rows, self.in_p)?, 4)?)?;
-        let mut y = gpu.pool().take(bytes(OP, bytes(OP, rows, self.out_p)?, 4)?.max(4))?;
-        if rows == 0 {
-            return Ok(y);
-        }
-        if rows > 65535 {
-            return Err(Error::Launch { op: OP, what: format!("{rows} rows exceed one launch's grid") });
-        }
-        let mut q = gpu.pool().take(self.in_p * self.out_p * 2)?;
-        self.decode_frag(gpu, &mut q)?;
-        let mut xh = gpu.pool().take(rows * self.in_p * 2)?;
-        let f = gpu.function(&EXL3.spec(&[]), "exl3_had_in_h")?;
-        let in_i = as_i32(OP, "in", self.in_p)?;
-        let mut launch = gpu.stream().launch_builder(&f);
-        launch.arg(x.dev()).arg(self.suh.dev()).arg(xh.dev_mut()).arg(&in_i);
-        // SAFETY: arguments match `exl3_had_in_h(const float*, const u16*, u16*, int)`; x checked, xh sized here.
-        unsafe { launch.launch(had_grid(rows, self.in_p)) }
-            .doing(|| format!("launching exl3_had_in_h on {rows} rows"))?;
-        let mut yq = gpu.pool().take(rows * self.out_p * 4)?;
-        blas.gemm(Gemm::F16F32, xh.dev(), q.dev(), yq.dev_mut(), (rows, self.out_p, self.in_p))?;
-        let jobs = MmaJobs { table: &self.table, experts: 1, ids: None, topk: 0, count: 1, done: &self.done };
-        had_out_j(gpu, (self.out_p, rows, 1), &jobs, &yq, &mut y.dev_mut().slice_mut(..))?;
         Ok(y)
     }
 
@@ -247,31 +212,4 @@ pub(crate) fn launch_exact(
         }
     }
     Ok(())
-}
-
-/// y = fwht_blocks(Σ_s part[s] in order) ⊙ svh (+ bias) per job row; NaN rows for an invalid id.
-fn had_out_j(
-    gpu: &Gpu,
-    (out_p, rows, splits): (usize, usize, usize),
-    jobs: &MmaJobs<'_, '_>,
-    part: &PoolBuf<'_>,
-    y: &mut CudaViewMut<'_, u8>,
-) -> Result<(), Error> {
-    const OP: &str = "exl3_had_out_j";
-    check_len(OP, "part", part, bytes(OP, bytes(OP, jobs.count * rows * splits, out_p)?, 4)?)?;
-    let ints = [jobs.experts, rows, out_p, splits];
-    let [experts, rows_i, out_i, splits_i] = ints.map(|v| as_i32(OP, "a launch parameter", v));
-    let (experts, rows_i, out_i, splits_i) = (experts?, rows_i?, out_i?, splits_i?);
-    let ids = jobs.ids.unwrap_or(0);
-    let f = gpu.function(&EXL3.spec(&[]), OP)?;
-    let mut launch = gpu.stream().launch_builder(&f);
-    launch.arg(part.dev()).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(y).arg(&rows_i).arg(&out_i).arg(&splits_i);
-    // SAFETY: arguments match exl3_had_out_j's signature; part checked above, y by the callers.
-    unsafe { launch.launch(had_grid(jobs.count * rows, out_p)) }.doing(|| format!("launching {OP}"))?;
-    Ok(())
-}
-
-/// The Hadamard kernels' launch: a block per row and 8 Hadamard blocks of `width`, a warp each.
-fn had_grid(rows: usize, width: usize) -> cudarc::driver::LaunchConfig {
-    grid((rows, (width / HAD).div_ceil(8)), 256, 0)
 }

@@ -4,6 +4,7 @@ pub mod cuda;
 pub mod exl3;
 pub mod exl3_cuda;
 pub mod exl3_mma;
+pub mod exl3_prompt;
 mod fp4;
 
 pub use exl3::{Codebook, Exl3Weight};

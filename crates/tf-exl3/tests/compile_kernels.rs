@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use tf_cuda::{Arch, KernelSpec, Nvrtc};
-use tf_exl3::cuda::{FP4_GEMV, FP4_MAX_ROWS, Fp4Plan, KERNELS};
+use tf_exl3::cuda::{EXL3, EXL3_PROMPT, FP4_GEMV, FP4_MAX_ROWS, Fp4Plan, KERNELS, with_prelude};
 
 fn kernels_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels")
@@ -24,7 +24,7 @@ fn every_kernel_file_is_listed() {
     assert_eq!(files, listed, "tf_exl3::cuda::KERNELS must list every kernels/*.cu, in name order");
     for k in KERNELS {
         let on_disk = std::fs::read_to_string(kernels_dir().join(format!("{}.cu", k.name))).unwrap();
-        assert_eq!(k.source, on_disk, "{}: the embedded source is the file", k.name);
+        assert_eq!(k.source, with_prelude(k.name, &on_disk), "{}: the embedded source is the file", k.name);
     }
 }
 
@@ -36,8 +36,8 @@ fn every_kernel_compiles_for_every_arch() {
     files.sort();
     assert!(!files.is_empty(), "no kernels/*.cu");
     for file in files {
-        let source = std::fs::read_to_string(&file).unwrap();
         let name = file.file_stem().unwrap().to_str().unwrap();
+        let source = with_prelude(name, &std::fs::read_to_string(&file).unwrap());
         let names = tf_cuda::kernels::entry_names(&source);
         assert!(!names.is_empty(), "{name}.cu has no extern \"C\" __global__ entry");
         let spec = KernelSpec::new(name, &source, vec![]);
@@ -89,5 +89,19 @@ fn bad_specializations_fail_with_their_reason() {
     ] {
         let err = nvrtc.compile(&FP4_GEMV.spec(&defines), Arch::Sm90a).unwrap_err();
         assert!(err.to_string().contains(reason), "{defines:?}: {err}");
+    }
+}
+
+#[test]
+fn exl3_specializations_compile_for_every_k_and_codebook() {
+    let nvrtc = nvrtc();
+    let specs = (1..=8).map(|k| (k, 2)).chain([(3, 0), (3, 1)]);
+    for (k, cb) in specs {
+        let (k_s, cb_s) = (k.to_string(), cb.to_string());
+        for (src, entry) in [(EXL3, "exl3_gemv_exact"), (EXL3, "exl3_gemv_mma"), (EXL3_PROMPT, "exl3_recon")] {
+            let out = nvrtc.compile(&src.spec(&[("EXL3_K", &k_s), ("EXL3_CB", &cb_s)]), Arch::Sm90a);
+            let out = out.unwrap_or_else(|e| panic!("{} K={k} cb={cb}: {e}", src.name));
+            assert!(out.ptx.contains(&format!(".entry {entry}(")), "{} K={k} cb={cb}: no {entry}", src.name);
+        }
     }
 }
