@@ -98,6 +98,8 @@ pub struct GMoe {
     pub w2: Experts4,
     pub w3: Experts4,
     pub shared: [Lin8; 3],
+    /// `--prefill-experts mxfp4`: the MXFP4 copies of the routed experts (w1, w2, w3), for calls of at least `min_rows` rows.
+    pub prefill: Option<([Experts4; 3], usize)>,
     pub topk: usize,
     pub route_scale: f32,
     pub norm_topk: bool,
@@ -106,12 +108,18 @@ pub struct GMoe {
 
 impl GMoe {
     fn upload(gpu: &'static Gpu, m: &Moe, kernels: Exl3Kernels) -> Result<GMoe, Error> {
-        if m.prefill.is_some() {
-            let what =
-                "--prefill-experts mxfp4 runs on the CPU only; the GPU's MXFP4 prompt kernel is not built yet".into();
-            return Err(Error::Launch { op: "upload", what });
-        }
+        let set = |es: &[crate::moe::Expert<_>], w: fn(&crate::moe::Expert<_>) -> &_| {
+            Experts4::upload(gpu, es.iter().map(w), kernels)
+        };
+        let prefill = match &m.prefill {
+            Some(p) => {
+                let copies = [set(&p.experts, |e| &e.w1)?, set(&p.experts, |e| &e.w2)?, set(&p.experts, |e| &e.w3)?];
+                Some((copies, p.min_rows))
+            }
+            None => None,
+        };
         Ok(GMoe {
+            prefill,
             gate: Mat::upload(gpu, &m.gate)?,
             bias: upload_f32(gpu, &m.bias)?,
             w1: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w1), kernels)?,

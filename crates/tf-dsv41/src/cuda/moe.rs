@@ -28,12 +28,17 @@ impl GpuModel {
         }
         let xq = Acts::new(x, rows, dim);
         let pairs = rows * topk;
+        // The CPU's rule (Moe::forward): a call of at least min_rows rows runs the MXFP4 copies when they exist.
+        let [w1, w2, w3] = match &m.prefill {
+            Some((copies, min_rows)) if rows >= *min_rows => [&copies[0], &copies[1], &copies[2]],
+            _ => [&m.w1, &m.w2, &m.w3],
+        };
         let down = self.phase("moe: routed experts", || {
-            let g = m.w1.routed(gpu, &ids, &xq, topk, true, pairs)?;
-            let u = m.w3.routed(gpu, &ids, &xq, topk, true, pairs)?;
+            let g = w1.routed(gpu, &ids, &xq, topk, true, pairs)?;
+            let u = w3.routed(gpu, &ids, &xq, topk, true, pairs)?;
             let mut h = gpu.pool().take(pairs * inter * 2)?;
             ops::swiglu(gpu, &g.view(), &u.view(), Some(&wts.view()), &mut h.view_mut(), (pairs, inter), m.limit)?;
-            m.w2.routed(gpu, &ids, &Acts::new(&h, pairs, inter), topk, false, pairs)
+            w2.routed(gpu, &ids, &Acts::new(&h, pairs, inter), topk, false, pairs)
         })?;
         let [s1, s2, s3] = &m.shared;
         let (sg, su) = (s1.forward_f32(gpu, &xq)?, s3.forward_f32(gpu, &xq)?);

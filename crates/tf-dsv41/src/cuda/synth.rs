@@ -170,6 +170,7 @@ impl GpuModel {
                 w2: g.experts(cfg.n_routed_experts, dim, inter)?,
                 w3: g.experts(cfg.n_routed_experts, inter, dim)?,
                 shared: [g.lin8(sinter, dim)?, g.lin8(dim, sinter)?, g.lin8(sinter, dim)?],
+                prefill: None,
                 topk: cfg.n_activated_experts,
                 route_scale: cfg.route_scale,
                 norm_topk: cfg.norm_topk_prob,

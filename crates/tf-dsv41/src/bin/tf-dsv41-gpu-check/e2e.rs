@@ -8,7 +8,7 @@ use tf_dsv41::cuda::{GpuLane, GpuModel};
 use tf_dsv41::state::SeqState;
 use tf_dsv41::tiny::exl3::{Exl3Mode, convert};
 use tf_dsv41::tiny::{TinyKind, write_checkpoint};
-use tf_dsv41::{Model, Options};
+use tf_dsv41::{Model, Options, PrefillMxfp4};
 use tf_exl3::Codebook;
 
 /// Greedy steps compared per prompt (the gate).
@@ -140,20 +140,35 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
 }
 
 /// The gates on the kind converted to EXL3 (random MUL1, K 2..5): exact kernels must give the CPU's bits, `fast` the golden gate's rules.
+/// Which EXL3 end-to-end run: the exact default, the tensor-core switch's gate, or MXFP4 prefill experts (held to the CPU's bits).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Exl3Run {
+    Exact,
+    FastGate,
+    Mxfp4,
+}
+
 pub fn check_exl3(
     gpu: &'static Gpu,
     rng: &mut SplitMix64,
     report: &mut Report,
     kind: TinyKind,
-    fast: bool,
+    run: Exl3Run,
 ) -> Result<(), Error> {
     let base = std::env::temp_dir().join(format!("tf-dsv41-e2e-exl3-{}-{}", kind.name(), std::process::id()));
     let (src, dst) = (base.join("src"), base.join("exl3"));
     let _ = std::fs::remove_dir_all(&base);
     write_checkpoint(kind, 0, &src).map_err(err)?;
     convert(&src, &dst, Codebook::Mul1, Exl3Mode::Random, 7).map_err(err)?;
-    let opts = Options { exl3_fast: fast, ..Options::default() };
-    let result = gates(gpu, rng, report, (kind, &dst, opts), &[(true, false), (false, false)], !fast);
+    let opts = match run {
+        Exl3Run::Exact => Options::default(),
+        Exl3Run::FastGate => Options { exl3_fast: true, ..Options::default() },
+        Exl3Run::Mxfp4 => {
+            Options { prefill_mxfp4: Some(PrefillMxfp4 { layers: usize::MAX, min_rows: 8 }), ..Options::default() }
+        }
+    };
+    let result =
+        gates(gpu, rng, report, (kind, &dst, opts), &[(true, false), (false, false)], run != Exl3Run::FastGate);
     let _ = std::fs::remove_dir_all(&base);
     result
 }
@@ -166,10 +181,11 @@ fn gates(
     combos: &[(bool, bool)],
     bits: bool,
 ) -> Result<(), Error> {
-    let exl3 = match (dir.ends_with("exl3"), base.exl3_fast) {
-        (false, _) => "",
-        (true, false) => " exl3",
-        (true, true) => " exl3 fast",
+    let exl3 = match (dir.ends_with("exl3"), base.exl3_fast, base.prefill_mxfp4.is_some()) {
+        (false, _, _) => "",
+        (true, true, _) => " exl3 fast",
+        (true, false, true) => " exl3 mxfp4 prefill",
+        (true, false, false) => " exl3",
     };
     for &(replay, wide_sums) in combos {
         let opts = Options { replay, wide_sums, ..base };
@@ -213,7 +229,8 @@ fn gates(
             pass,
         );
         concurrent(&gm, &solo, report, &name)?;
-        if !replay {
+        // MXFP4 prefill experts make a prompt row differ from the same row decoded, by design (docs/exl3.md).
+        if !replay && base.prefill_mxfp4.is_none() {
             decode_row(&gm, rng, report, &name)?;
         }
         crate::graphs::check(&mut gm, &solo, rng, report, &name)?;

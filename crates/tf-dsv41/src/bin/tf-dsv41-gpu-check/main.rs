@@ -12,6 +12,7 @@ mod probe;
 mod rows;
 mod util;
 
+use e2e::Exl3Run;
 use std::process::ExitCode;
 use tf_core::rng::SplitMix64;
 use tf_cuda::Gpu;
@@ -53,12 +54,19 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
         run_one(&format!("e2e {}", kind.name()), &mut |r| e2e::check(gpu, rng, r, kind));
     }
     for kind in [TinyKind::Tiny, TinyKind::Small] {
-        run_one(&format!("exl3 e2e {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind, false));
+        run_one(&format!("exl3 e2e {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind, Exl3Run::Exact));
+    }
+    for kind in [TinyKind::Tiny, TinyKind::Small] {
+        run_one(&format!("exl3 mxfp4 e2e {}", kind.name()), &mut |r| {
+            e2e::check_exl3(gpu, rng, r, kind, Exl3Run::Mxfp4)
+        });
     }
     // The tier-2 tensor-core switch's gate runs only when named (TF_SECTIONS="exl3 fast gate"): its verdict is a measurement.
     if only.iter().any(|o| o == "exl3 fast gate") {
         for kind in [TinyKind::Tiny, TinyKind::Small] {
-            run_one(&format!("exl3 fast gate {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind, true));
+            run_one(&format!("exl3 fast gate {}", kind.name()), &mut |r| {
+                e2e::check_exl3(gpu, rng, r, kind, Exl3Run::FastGate)
+            });
         }
     }
     run_one("engram read-ahead", &mut |r| engram::check(gpu, rng, r));
