@@ -139,7 +139,6 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
     result
 }
 
-/// The gates on the kind converted to EXL3 (random MUL1, K 2..5): exact kernels must give the CPU's bits, `fast` the golden gate's rules.
 /// Which EXL3 end-to-end run: the exact default, the tensor-core switch's gate, or MXFP4 prefill experts (held to the CPU's bits).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Exl3Run {
@@ -148,6 +147,7 @@ pub enum Exl3Run {
     Mxfp4,
 }
 
+/// The gates on the kind converted to EXL3 (random MUL1, K 2..5): exact kernels must give the CPU's bits, the fast gate the golden gate's rules.
 pub fn check_exl3(
     gpu: &'static Gpu,
     rng: &mut SplitMix64,
