@@ -62,10 +62,10 @@ extern "C" __global__ void moe_swiglu(const float* __restrict__ g, const float* 
     out[at] = bf16_rne(h);
 }
 
-// Grid (rows, ⌈dim/threads⌉); dynamic shared memory of topk words. y = bf16(Σ bf16(down) over the row's picks in ascending expert id, from +0.0, + bf16(shared)): Moe::forward walks experts in index order.
+// Grid (rows, ⌈dim/threads⌉); dynamic shared memory of topk words. y = bf16(Σ bf16(down) over the row's picks in ascending expert id, from +0.0, + bf16(shared)): Moe::forward walks experts in index order; down holds `stride` pairs a row (topk + 1 when the shared expert rode along), shared rows are shared_stride apart.
 extern "C" __global__ void moe_combine(const float* __restrict__ down, const int* __restrict__ ids,
                                        const float* __restrict__ shared, unsigned short* __restrict__ y, int topk,
-                                       int dim) {
+                                       int dim, int stride, int shared_stride) {
     extern __shared__ int order[];
     const int* ir = ids + (size_t)blockIdx.x * topk;
     for (int t = threadIdx.x; t < topk; t += blockDim.x) {
@@ -78,6 +78,16 @@ extern "C" __global__ void moe_combine(const float* __restrict__ down, const int
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= dim) return;
     float a = 0.0f;
-    for (int k = 0; k < topk; ++k) a += round_bf16(down[((size_t)blockIdx.x * topk + order[k]) * dim + c]);
-    y[(size_t)blockIdx.x * dim + c] = bf16_rne(a + round_bf16(shared[(size_t)blockIdx.x * dim + c]));
+    for (int k = 0; k < topk; ++k) a += round_bf16(down[((size_t)blockIdx.x * stride + order[k]) * dim + c]);
+    y[(size_t)blockIdx.x * dim + c] = bf16_rne(a + round_bf16(shared[(size_t)blockIdx.x * shared_stride + c]));
+}
+
+// Grid (rows), 32 threads: each row's topk picks, then the shared expert's table row with weight 1 (×1 is exact), so it rides in the routed launches.
+extern "C" __global__ void moe_with_shared(const int* __restrict__ ids, const float* __restrict__ weights, int* __restrict__ ids2,
+                                           float* __restrict__ weights2, int topk, int shared) {
+    const size_t r = blockIdx.x;
+    for (int j = threadIdx.x; j <= topk; j += blockDim.x) {
+        ids2[r * (topk + 1) + j] = j < topk ? ids[r * topk + j] : shared;
+        weights2[r * (topk + 1) + j] = j < topk ? weights[r * topk + j] : 1.0f;
+    }
 }

@@ -118,18 +118,25 @@ impl GMoe {
             }
             None => None,
         };
+        let (mut w1, mut w2, mut w3) =
+            (set(&m.experts, |e| &e.w1)?, set(&m.experts, |e| &e.w2)?, set(&m.experts, |e| &e.w3)?);
+        let shared = [
+            Lin8::upload(gpu, &m.shared.w1, kernels)?,
+            Lin8::upload(gpu, &m.shared.w2, kernels)?,
+            Lin8::upload(gpu, &m.shared.w3, kernels)?,
+        ];
+        // An EXL3 shared expert of the routed shape rides in the routed launches (same kernels, so the same bits).
+        if w1.join_shared(gpu, &shared[0])? && w2.join_shared(gpu, &shared[1])? {
+            w3.join_shared(gpu, &shared[2])?;
+        }
         Ok(GMoe {
             prefill,
             gate: Mat::upload(gpu, &m.gate)?,
             bias: upload_f32(gpu, &m.bias)?,
-            w1: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w1), kernels)?,
-            w2: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w2), kernels)?,
-            w3: Experts4::upload(gpu, m.experts.iter().map(|e| &e.w3), kernels)?,
-            shared: [
-                Lin8::upload(gpu, &m.shared.w1, kernels)?,
-                Lin8::upload(gpu, &m.shared.w2, kernels)?,
-                Lin8::upload(gpu, &m.shared.w3, kernels)?,
-            ],
+            w1,
+            w2,
+            w3,
+            shared,
             topk: m.topk,
             route_scale: m.route_scale,
             norm_topk: m.norm_topk,

@@ -33,6 +33,9 @@ impl GpuModel {
             Some((copies, min_rows)) if rows >= *min_rows => [&copies[0], &copies[1], &copies[2]],
             _ => [&m.w1, &m.w2, &m.w3],
         };
+        if let (Some(s), Some(_), Some(_)) = (w1.shared_row(), w2.shared_row(), w3.shared_row()) {
+            return self.moe_joined(m, (&ids, &wts), &xq, s);
+        }
         let down = self.phase("moe: routed experts", || {
             let g = w1.routed(gpu, &ids, &xq, topk, true, pairs)?;
             let u = w3.routed(gpu, &ids, &xq, topk, true, pairs)?;
@@ -48,6 +51,26 @@ impl GpuModel {
         let sd = s2.forward_f32(gpu, &Acts::new(&sh, rows, sinter))?;
         let mut y = gpu.pool().take(rows * dim * 2)?;
         ops::moe_combine(gpu, &down.view(), &ids.view(), &sd.view(), &mut y.view_mut(), (rows, topk, dim))?;
+        Ok(y)
+    }
+
+    /// The routed launches carrying the shared expert as each row's last pair (table row `shared`): w1+w3, SwiGLU, w2, combine.
+    fn moe_joined(&self, m: &GMoe, (ids, wts): (&Buf, &Buf), xq: &Acts<'_>, shared: usize) -> Result<Buf, Error> {
+        let (gpu, cfg) = (self.gpu, self.cfg());
+        let (dim, inter, topk, rows) = (cfg.dim, cfg.moe_inter_dim, m.topk, xq.rows);
+        let (k1, pairs) = (topk + 1, xq.rows * (topk + 1));
+        let (mut ids2, mut wts2) = (gpu.pool().take(pairs * 4)?, gpu.pool().take(pairs * 4)?);
+        let dims = (rows, topk, shared);
+        ops::moe_with_shared(gpu, (&ids.view(), &wts.view()), (&mut ids2.view_mut(), &mut wts2.view_mut()), dims)?;
+        let down = self.phase("moe: routed experts", || {
+            let g = m.w1.routed(gpu, &ids2, xq, k1, true, pairs)?;
+            let u = m.w3.routed(gpu, &ids2, xq, k1, true, pairs)?;
+            let mut h = gpu.pool().take(pairs * inter * 2)?;
+            ops::swiglu(gpu, &g.view(), &u.view(), Some(&wts2.view()), &mut h.view_mut(), (pairs, inter), m.limit)?;
+            m.w2.routed(gpu, &ids2, &Acts::new(&h, pairs, inter), k1, false, pairs)
+        })?;
+        let mut y = gpu.pool().take(rows * dim * 2)?;
+        ops::moe_combine_joined(gpu, &down.view(), &ids.view(), &mut y.view_mut(), (rows, topk, dim))?;
         Ok(y)
     }
 }

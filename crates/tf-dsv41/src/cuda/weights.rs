@@ -107,8 +107,21 @@ pub fn to_bf16_buf(gpu: &'static Gpu, y: &Buf, n: usize) -> Result<Buf, Error> {
 
 /// One shape of routed experts, FP4 (`[n, k/2]` codes, `[n, k/32]` scales each) or EXL3, with device tables built once.
 pub enum Experts4 {
-    Fp4 { w: Vec<(Buf, Buf)>, n: usize, k: usize, table: Fp4Experts<'static, 'static> },
-    Exl3 { w: Vec<GpuExl3<'static>>, n: usize, k: usize, table: Exl3Experts<'static, 'static>, kernels: Exl3Kernels },
+    Fp4 {
+        w: Vec<(Buf, Buf)>,
+        n: usize,
+        k: usize,
+        table: Fp4Experts<'static, 'static>,
+    },
+    /// `shared`: the table row of the layer's shared expert when it rides in the routed launches ([`Experts4::join_shared`]).
+    Exl3 {
+        w: Vec<GpuExl3<'static>>,
+        n: usize,
+        k: usize,
+        table: Exl3Experts<'static, 'static>,
+        kernels: Exl3Kernels,
+        shared: Option<usize>,
+    },
 }
 
 /// Routed rows one EXL3 expert launch takes; more run as further launches.
@@ -137,7 +150,7 @@ impl Experts4 {
             let table = Exl3Experts::new(gpu, &w.iter().collect::<Vec<_>>(), EXL3_MAX_PAIRS)?;
             // SAFETY: the table points into `w`, which this value owns and never changes; device buffers do not move.
             let table = unsafe { table.into_detached() };
-            return Ok(Experts4::Exl3 { w, n, k, table, kernels });
+            return Ok(Experts4::Exl3 { w, n, k, table, kernels, shared: None });
         }
         let mut w = Vec::new();
         let (mut n, mut k) = (0, 0);
@@ -157,6 +170,31 @@ impl Experts4 {
         // SAFETY: the tables point into `w`, which this struct owns and never changes; device buffers do not move.
         let table = unsafe { table.into_detached() };
         Ok(Experts4::Fp4 { w, n, k, table })
+    }
+
+    /// Appends `shared` (EXL3, the experts' shape and codebook) as table row `len()`, so routed launches can carry it; false when it cannot.
+    pub fn join_shared(&mut self, gpu: &'static Gpu, shared: &Lin8) -> Result<bool, Error> {
+        let (Experts4::Exl3 { w, n, k, table, shared: row, .. }, LinW::Exl3(s, _)) = (self, &shared.w) else {
+            return Ok(false);
+        };
+        let first = w.first().ok_or_else(|| Error::Launch { op: "upload", what: "an empty expert set".into() })?;
+        if (shared.n, shared.k, s.in_p, s.out_p, s.codebook()) != (*n, *k, first.in_p, first.out_p, first.codebook()) {
+            return Ok(false);
+        }
+        let all: Vec<&GpuExl3<'static>> = w.iter().chain([&**s]).collect();
+        let joined = Exl3Experts::new(gpu, &all, EXL3_MAX_PAIRS)?;
+        // SAFETY: the rows point into `w` and the shared linear's boxed weight, which the GMoe holding both owns and never changes.
+        *table = unsafe { joined.into_detached() };
+        *row = Some(w.len());
+        Ok(true)
+    }
+
+    /// The shared expert's table row when it rides in the routed launches.
+    pub fn shared_row(&self) -> Option<usize> {
+        match self {
+            Experts4::Exl3 { shared, .. } => *shared,
+            Experts4::Fp4 { .. } => None,
+        }
     }
 
     /// Outputs per expert.

@@ -173,6 +173,41 @@ fn moe_case(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), 
         d.describe("ulp"),
         d.pass(0.0),
     );
+    joined_case(gpu, report, (&down, &shared, &comb_want), (&want_ids, &want_w), (rows, topk, dim))
+}
+
+/// The shared expert riding as each row's last pair: moe_with_shared's ids and weights, and moe_combine_joined = moe_combine bit for bit.
+fn joined_case(
+    gpu: &Gpu,
+    report: &mut Report,
+    (down, shared, comb_want): (&[f32], &[f32], &[bf16]),
+    (ids, wts): (&[i32], &[f32]),
+    (rows, topk, dim): (usize, usize, usize),
+) -> Result<(), Error> {
+    let (k1, sid) = (topk + 1, 1000);
+    let mut down2 = Vec::with_capacity(rows * k1 * dim);
+    let (mut ids2_want, mut wts2_want) = (Vec::new(), Vec::new());
+    for r in 0..rows {
+        down2.extend_from_slice(&down[r * topk * dim..(r + 1) * topk * dim]);
+        down2.extend_from_slice(&shared[r * dim..(r + 1) * dim]);
+        ids2_want.extend(ids[r * topk..(r + 1) * topk].iter().copied().chain([sid as i32]));
+        wts2_want.extend(wts[r * topk..(r + 1) * topk].iter().copied().chain([1.0f32]));
+    }
+    let (idd, wd) = (gpu.upload(ids)?, gpu.upload(wts)?);
+    let (mut ids2, mut wts2) = (gpu.pool().take(rows * k1 * 4)?, gpu.pool().take(rows * k1 * 4)?);
+    ops::moe_with_shared(
+        gpu,
+        (&idd.view(), &wd.view()),
+        (&mut ids2.view_mut(), &mut wts2.view_mut()),
+        (rows, topk, sid),
+    )?;
+    let (got_ids, got_w) = (gpu.download::<i32>(&ids2)?, gpu.download::<f32>(&wts2)?);
+    let same = got_ids == ids2_want && got_w.iter().zip(&wts2_want).all(|(a, b)| a.to_bits() == b.to_bits());
+    report.row("moe_with_shared", format!("{rows} rows × top-{topk}, shared row {sid}"), format!("equal {same}"), same);
+    let mut yd = poisoned_bf16(gpu, rows * dim)?;
+    ops::moe_combine_joined(gpu, &gpu.upload(&down2)?.view(), &idd.view(), &mut yd.view_mut(), (rows, topk, dim))?;
+    let d = diff_bf16(&download_bf16(gpu, &yd)?, comb_want);
+    report.row("moe_combine_joined", format!("{rows} rows × top-{topk}+1 × {dim}"), d.describe("ulp"), d.pass(0.0));
     Ok(())
 }
 

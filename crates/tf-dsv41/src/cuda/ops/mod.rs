@@ -19,7 +19,7 @@ pub use engram::engram_gate;
 pub use fakequant::{qdq_fp4, qdq_fp8_pow2};
 pub use index::{Candidates, index_scores, index_select};
 pub use mhc::{hc_mixes, hc_post, hc_pre};
-pub use moe::{moe_combine, route, swiglu};
+pub use moe::{moe_combine, moe_combine_joined, moe_with_shared, route, swiglu};
 pub use norm::rms_norm;
 pub use rope::{rope, rope_table};
 pub use rows::{embed_rows, scatter_rows};

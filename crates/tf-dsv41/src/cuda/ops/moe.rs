@@ -106,6 +106,36 @@ pub fn moe_combine(
     y: &mut Out<'_>,
     (rows, topk, dim): (usize, usize, usize),
 ) -> Result<(), Error> {
+    need("moe_combine", "down", down.len(), bytes("moe_combine", &[rows, topk, dim, 4])?)?;
+    need("moe_combine", "shared", shared.len(), bytes("moe_combine", &[rows, dim, 4])?)?;
+    combine(gpu, (down, shared), ids, y, (rows, topk, dim), (topk, dim))
+}
+
+/// [`moe_combine`] where `down` holds topk + 1 pairs per row, the last the shared expert's (`moe_with_shared`'s layout).
+pub fn moe_combine_joined(
+    gpu: &Gpu,
+    down: &In<'_>,
+    ids: &In<'_>,
+    y: &mut Out<'_>,
+    (rows, topk, dim): (usize, usize, usize),
+) -> Result<(), Error> {
+    need("moe_combine", "down", down.len(), bytes("moe_combine", &[rows, topk + 1, dim, 4])?)?;
+    if rows == 0 {
+        return combine(gpu, (down, down), ids, y, (rows, topk, dim), (topk + 1, 0));
+    }
+    let shared = down.slice(topk * dim * 4..);
+    combine(gpu, (down, &shared), ids, y, (rows, topk, dim), (topk + 1, (topk + 1) * dim))
+}
+
+/// moe_combine's launch: `stride` pairs per row of `down`, shared rows `shared_stride` floats apart (callers checked both).
+fn combine(
+    gpu: &Gpu,
+    (down, shared): (&In<'_>, &In<'_>),
+    ids: &In<'_>,
+    y: &mut Out<'_>,
+    (rows, topk, dim): (usize, usize, usize),
+    (stride, shared_stride): (usize, usize),
+) -> Result<(), Error> {
     const OP: &str = "moe_combine";
     if topk == 0 {
         return Err(bad(OP, "top-0: every row needs at least one expert".into()));
@@ -115,20 +145,44 @@ pub fn moe_combine(
     if smem > SMEM_LIMIT {
         return Err(bad(OP, format!("top-{topk} needs {smem} bytes of shared memory, over {SMEM_LIMIT}")));
     }
-    need(OP, "down", down.len(), bytes(OP, &[rows, topk, dim, 4])?)?;
     need(OP, "ids", ids.len(), bytes(OP, &[rows, topk, 4])?)?;
-    need(OP, "shared", shared.len(), bytes(OP, &[rows, dim, 4])?)?;
     need(OP, "y", y.len(), bytes(OP, &[rows, dim, 2])?)?;
     if rows == 0 {
         return Ok(());
     }
     int(OP, "rows", rows)?;
     let (topk_i, dim_i) = (int(OP, "topk", topk)?, int(OP, "dim", dim)?);
+    let (stride_i, shared_i) = (int(OP, "stride", stride)?, int(OP, "shared stride", shared_stride)?);
     let f = gpu.function(&MOE.spec(&[]), OP)?;
     let mut launch = gpu.stream().launch_builder(&f);
-    launch.arg(down).arg(ids).arg(shared).arg(y).arg(&topk_i).arg(&dim_i);
-    // SAFETY: arguments match `moe_combine(const f32*, const int*, const f32*, u16*, int, int)`; sizes checked above.
+    launch.arg(down).arg(ids).arg(shared).arg(y).arg(&topk_i).arg(&dim_i).arg(&stride_i).arg(&shared_i);
+    // SAFETY: arguments match `moe_combine(const f32*, const int*, const f32*, u16*, int, int, int, int)`; sizes checked by callers and above.
     unsafe { launch.launch(grid((rows, blocks), THREADS as u32, smem)) }
         .doing(|| format!("launching {OP} on {rows} rows"))?;
+    Ok(())
+}
+
+/// ids2/weights2 `[rows, topk + 1]`: each row's picks, then `shared` with weight 1, for routed launches that carry the shared expert.
+pub fn moe_with_shared(
+    gpu: &Gpu,
+    (ids, weights): (&In<'_>, &In<'_>),
+    (ids2, weights2): (&mut Out<'_>, &mut Out<'_>),
+    (rows, topk, shared): (usize, usize, usize),
+) -> Result<(), Error> {
+    const OP: &str = "moe_with_shared";
+    need(OP, "ids", ids.len(), bytes(OP, &[rows, topk, 4])?)?;
+    need(OP, "weights", weights.len(), bytes(OP, &[rows, topk, 4])?)?;
+    need(OP, "ids2", ids2.len(), bytes(OP, &[rows, topk + 1, 4])?)?;
+    need(OP, "weights2", weights2.len(), bytes(OP, &[rows, topk + 1, 4])?)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    int(OP, "rows", rows)?;
+    let (topk_i, shared_i) = (int(OP, "topk", topk)?, int(OP, "shared", shared)?);
+    let f = gpu.function(&MOE.spec(&[]), OP)?;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(ids).arg(weights).arg(ids2).arg(weights2).arg(&topk_i).arg(&shared_i);
+    // SAFETY: arguments match `moe_with_shared(const int*, const float*, int*, float*, int, int)`; sizes checked above.
+    unsafe { launch.launch(grid((rows, 1), 32, 0)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
     Ok(())
 }

@@ -176,9 +176,11 @@ fn routed(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Er
     Ok(())
 }
 
-/// A decode step's routed experts in one launch each: w1+w3 of six experts (12 jobs), then w2 of six, at K = 3, cold, both kernels.
+/// A decode step's routed experts in one launch each: w1+w3 of six experts (12 jobs), then w2 of six, at K = 3, cold, both kernels; 14 and 7 jobs carry the shared expert too.
 fn routed_timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) -> Result<(), Error> {
-    for (in_p, out_p, jobs, topk) in [(5120, 2304, 12, 12), (2304, 5120, 6, 0)] {
+    for (in_p, out_p, jobs, topk) in
+        [(5120, 2304, 12, 12), (5120, 2304, 14, 14), (2304, 5120, 6, 0), (2304, 5120, 7, 0)]
+    {
         let k = 3;
         let w = random_weight(rng, (in_p, out_p, k), Codebook::Mul1, 1.0);
         let wbytes = in_p * out_p * k / 8 + (in_p + out_p) * 2;
