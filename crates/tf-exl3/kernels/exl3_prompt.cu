@@ -58,3 +58,19 @@ extern "C" __global__ void exl3_rows_out_bias(const float* __restrict__ y, const
     const size_t r = blockIdx.x;
     for (int i = threadIdx.x; i < n; i += blockDim.x) out[r * n + i] = bias ? __fadd_rn(y[r * n_p + i], bias[i]) : y[r * n_p + i];
 }
+
+// Grid (cnt), 256 threads: row i of xh (fp16, k_p wide, zeros past k) = bf16 row src_row(pairs[i]) of x, where src_row(p) = topk ? p / topk : p.
+extern "C" __global__ void exl3_gather_h(const u16* __restrict__ x, const int* __restrict__ pairs, int topk, u16* __restrict__ xh, int k,
+                                         int k_p) {
+    const int p = pairs[blockIdx.x];
+    const size_t src = topk ? p / topk : p, i = blockIdx.x;
+    for (int c = threadIdx.x; c < k_p; c += blockDim.x) xh[i * k_p + c] = c < k ? to_f16(__uint_as_float((u32)x[src * k + c] << 16)) : 0;
+}
+
+// Grid (cnt), 256 threads: y row pairs[i] (n wide) = the first n of f32 row i of src (n_p wide), plus table[*id]'s bias when it has one.
+extern "C" __global__ void exl3_scatter_rows(const float* __restrict__ src, const int* __restrict__ pairs, const Exl3Dev* __restrict__ table,
+                                             const int* __restrict__ id, float* __restrict__ y, int n, int n_p) {
+    const float* bias = table[*id].bias;
+    const size_t i = blockIdx.x, p = pairs[blockIdx.x];
+    for (int c = threadIdx.x; c < n; c += blockDim.x) y[p * n + c] = bias ? __fadd_rn(src[i * n_p + c], bias[c]) : src[i * n_p + c];
+}

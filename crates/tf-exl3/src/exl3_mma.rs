@@ -149,14 +149,16 @@ pub(crate) fn launch_mma(
 
 /// Routed experts of one shape and codebook (K may differ per expert): one launch per K present, each job one row.
 pub struct Exl3Experts<'g, 'b> {
-    table: PoolBuf<'g>,
+    pub(crate) table: PoolBuf<'g>,
     done: PoolBuf<'g>,
     ks: Vec<usize>,
-    count: usize,
+    /// Each expert's K, for launches that rebuild one expert.
+    pub(crate) k_of: Vec<usize>,
+    pub(crate) count: usize,
     max_pairs: usize,
-    in_p: usize,
-    out_p: usize,
-    codebook: i32,
+    pub(crate) in_p: usize,
+    pub(crate) out_p: usize,
+    pub(crate) codebook: i32,
     _borrows: PhantomData<&'b GpuExl3<'g>>,
 }
 
@@ -193,6 +195,7 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
         }
         as_i32(OP, "experts", experts.len())?;
         Ok(Exl3Experts {
+            k_of: experts.iter().map(|w| w.k).collect(),
             table: gpu.upload_exact(&rows)?,
             done: gpu.upload_exact(&vec![0u32; max_pairs.max(1) * first.out_p / MMA_COLS])?,
             ks,
@@ -208,8 +211,8 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
     /// The same table without the borrow of the experts, for a holder that owns them; the caller keeps them alive.
     #[allow(clippy::missing_safety_doc)]
     pub unsafe fn into_detached(self) -> Exl3Experts<'g, 'static> {
-        let Exl3Experts { table, done, ks, count, max_pairs, in_p, out_p, codebook, .. } = self;
-        Exl3Experts { table, done, ks, count, max_pairs, in_p, out_p, codebook, _borrows: PhantomData }
+        let Exl3Experts { table, done, ks, k_of, count, max_pairs, in_p, out_p, codebook, .. } = self;
+        Exl3Experts { table, done, ks, k_of, count, max_pairs, in_p, out_p, codebook, _borrows: PhantomData }
     }
 
     /// Scratch `routed` needs for `pairs` rows (at most `max_pairs` run per launch).

@@ -3,8 +3,10 @@
 use crate::cuda::{EXL3_PROMPT, as_i32, bytes, check_len};
 use crate::exl3::HAD;
 use crate::exl3_cuda::GpuExl3;
+use crate::exl3_mma::Exl3Experts;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaViewMut, DevicePtr, PushKernelArg};
+use std::cell::RefCell;
 use tf_cuda::blas::{Blas, Gemm};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu, PoolBuf, grid};
@@ -117,4 +119,110 @@ impl<'g> GpuExl3<'g> {
 /// A block of 256 threads per row, for the prompt source's row kernels.
 fn rows_cfg(rows: usize) -> cudarc::driver::LaunchConfig {
     grid((rows, 1), 256, 0)
+}
+
+thread_local! {
+    /// This thread's cuBLASLt handle per GPU (keyed by address): a model's forward runs on one thread.
+    static BLAS: RefCell<Vec<(usize, Blas<'static>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's cuBLASLt handle for `gpu`, made on first use; `f` must not call back in.
+pub fn with_blas<T>(gpu: &'static Gpu, f: impl FnOnce(&mut Blas<'static>) -> Result<T, Error>) -> Result<T, Error> {
+    BLAS.with(|cell| {
+        let mut list = cell.borrow_mut();
+        let key = gpu as *const Gpu as usize;
+        let at = match list.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                list.push((key, Blas::new(gpu)?));
+                list.len() - 1
+            }
+        };
+        f(&mut list[at].1)
+    })
+}
+
+impl Exl3Experts<'_, '_> {
+    /// [`Exl3Experts::routed_bf16`] for prompt rows, per expert: its pairs gathered, W rebuilt in fp16, one GEMM (a bound, not bits); a bad id fails.
+    pub fn routed_gemm<'g>(
+        &self,
+        gpu: &'g Gpu,
+        blas: &mut Blas<'_>,
+        ids: &PoolBuf<'_>,
+        x: &PoolBuf<'_>,
+        (topk, pairs): (usize, usize),
+        (k, n): (usize, usize),
+    ) -> Result<PoolBuf<'g>, Error> {
+        const OP: &str = "exl3 routed_gemm";
+        let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
+        check_len(OP, "ids", ids, bytes(OP, pairs, 4)?)?;
+        check_len(OP, "x", x, bytes(OP, bytes(OP, x_rows, k)?, 2)?)?;
+        if k > self.in_p || n > self.out_p {
+            return Err(Error::Launch {
+                op: OP,
+                what: format!("{k}→{n} does not fit the experts' {}→{}", self.in_p, self.out_p),
+            });
+        }
+        let mut y = gpu.pool().take(bytes(OP, bytes(OP, pairs, n)?, 4)?.max(4))?;
+        if pairs == 0 {
+            return Ok(y);
+        }
+        let host: Vec<i32> = gpu.download(ids)?;
+        let mut lists: Vec<Vec<i32>> = vec![Vec::new(); self.count];
+        for (p, &e) in host[..pairs].iter().enumerate() {
+            let list = usize::try_from(e).ok().and_then(|e| lists.get_mut(e));
+            let list = list.ok_or_else(|| Error::Launch {
+                op: OP,
+                what: format!("pair {p} names expert {e}, outside the table"),
+            })?;
+            list.push(p as i32);
+        }
+        let present: Vec<i32> = (0..self.count as i32).filter(|&e| !lists[e as usize].is_empty()).collect();
+        let most = lists.iter().map(Vec::len).max().unwrap_or(0);
+        let order: Vec<i32> = lists.iter().flatten().copied().collect();
+        let (order_d, present_d) = (gpu.upload(&order)?, gpu.upload(&present)?);
+        let (order_at, present_at) =
+            (order_d.dev().device_ptr(gpu.stream()).0, present_d.dev().device_ptr(gpu.stream()).0);
+        let mut xh = gpu.pool().take(bytes(OP, bytes(OP, most, self.in_p)?, 2)?)?;
+        let mut w = gpu.pool().take(bytes(OP, self.in_p, self.out_p * 2)?)?;
+        let mut yq = gpu.pool().take(bytes(OP, bytes(OP, most, self.out_p)?, 4)?)?;
+        let ints = [topk, k, self.in_p, n, self.out_p].map(|v| as_i32(OP, "a launch parameter", v));
+        let [topk_i, k_i, in_i, n_i, out_i] = ints;
+        let (topk_i, k_i, in_i, n_i, out_i) = (topk_i?, k_i?, in_i?, n_i?, out_i?);
+        let (gather, scatter) = (
+            gpu.function(&EXL3_PROMPT.spec(&[]), "exl3_gather_h")?,
+            gpu.function(&EXL3_PROMPT.spec(&[]), "exl3_scatter_rows")?,
+        );
+        let mut at = 0u64;
+        for (j, &e) in present.iter().enumerate() {
+            let cnt = lists[e as usize].len();
+            let (pairs_at, id_at) = (order_at + 4 * at, present_at + 4 * j as u64);
+            let mut launch = gpu.stream().launch_builder(&gather);
+            launch.arg(x.dev()).arg(&pairs_at).arg(&topk_i).arg(xh.dev_mut()).arg(&k_i).arg(&in_i);
+            // SAFETY: arguments match exl3_gather_h(const u16*, const int*, int, u16*, int, int); pairs_at holds cnt pair indices < pairs.
+            unsafe { launch.launch(rows_cfg(cnt)) }.doing(|| format!("launching exl3_gather_h for expert {e}"))?;
+            let jobs = ReconJobs { table: &self.table, ids: id_at, experts: self.count, count: 1 };
+            launch_recon(
+                gpu,
+                (self.in_p, self.out_p),
+                (self.k_of[e as usize], self.codebook),
+                &jobs,
+                &mut w.dev_mut().slice_mut(..),
+            )?;
+            blas.gemm(Gemm::F16F32, xh.dev(), w.dev(), yq.dev_mut(), (cnt, self.out_p, self.in_p))?;
+            let mut launch = gpu.stream().launch_builder(&scatter);
+            launch
+                .arg(yq.dev())
+                .arg(&pairs_at)
+                .arg(self.table.dev())
+                .arg(&id_at)
+                .arg(y.dev_mut())
+                .arg(&n_i)
+                .arg(&out_i);
+            // SAFETY: arguments match exl3_scatter_rows(const float*, const int*, const Exl3Dev*, const int*, float*, int, int); y holds pairs × n.
+            unsafe { launch.launch(rows_cfg(cnt)) }.doing(|| format!("launching exl3_scatter_rows for expert {e}"))?;
+            at += cnt as u64;
+        }
+        Ok(y)
+    }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tf_server::generate;
 
-const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--engram-cache-rows N] [--engram-from DIR] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--cuda-graphs] [--exl3-kernels exact|fast] [--max-lanes N]
+const USAGE: &str = "usage: tf serve [--model DIR] [--device cpu|cuda|cuda:N] [--engram-io mapped|mmap|direct] [--engram-cache-rows N] [--engram-from DIR] [--host H] [--port P] [--api-key K] [--no-replay] [--wide-sums] [--cuda-graphs] [--exl3-kernels exact|fast] [--exl3-prompt gemv|gemm] [--exl3-prompt-min-rows N] [--max-lanes N]
          [--prefill-experts exl3|mxfp4] [--prefill-mxfp4-layers N] [--prefill-mxfp4-min-rows N]
          [--max-queue N] [--max-queued-tokens N] [--max-active-tokens N] [--prefill-chunk N]
          [--admission fifo|short-first] [--prefix-block N] [--prefix-cache-tokens N (0: off)]
@@ -95,6 +95,7 @@ fn num(v: Result<String, String>) -> Result<usize, String> {
 fn serve(args: &[String]) -> ExitCode {
     let mut cfg = tf_server::http::serve::ServeConfig::default();
     let (mut mxfp4, mut mxfp4_layers, mut mxfp4_min_rows) = (false, None, None);
+    let (mut prompt_gemm, mut prompt_min_rows) = (false, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
@@ -141,6 +142,14 @@ fn serve(args: &[String]) -> ExitCode {
                 }
                 _ => Err(format!("--exl3-kernels: `{v}` is not exact or fast")),
             }),
+            "--exl3-prompt" => value().and_then(|v| match v.as_str() {
+                "gemv" | "gemm" => {
+                    prompt_gemm = v == "gemm";
+                    Ok(())
+                }
+                _ => Err(format!("--exl3-prompt: `{v}` is not gemv or gemm")),
+            }),
+            "--exl3-prompt-min-rows" => num(value()).map(|n| prompt_min_rows = Some(n)),
             "--prefill-experts" => value().and_then(|v| match v.as_str() {
                 "exl3" | "mxfp4" => {
                     mxfp4 = v == "mxfp4";
@@ -172,6 +181,19 @@ fn serve(args: &[String]) -> ExitCode {
     };
     if cfg.engram_cache_rows > 0 && cfg.engram_io.is_none() {
         eprintln!("tf serve: --engram-cache-rows needs --engram-io mmap|direct (mapped tables are in memory)\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    // Run 15's numbers put the routed experts' crossover near 256 rows (docs/exl3.md); decode rows stay on the GEMV.
+    cfg.exl3_prompt_gemm = match (prompt_gemm, prompt_min_rows) {
+        (true, rows) => Some(rows.unwrap_or(256).max(1)),
+        (false, None) => None,
+        (false, Some(_)) => {
+            eprintln!("tf serve: --exl3-prompt-min-rows needs --exl3-prompt gemm\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if cfg.exl3_prompt_gemm.is_some() && cfg.device == tf_server::http::serve::Device::Cpu {
+        eprintln!("tf serve: --exl3-prompt gemm needs --device cuda (the CPU reference has no GEMM path)\n{USAGE}");
         return ExitCode::from(2);
     }
     if cfg.cuda_graphs && cfg.device == tf_server::http::serve::Device::Cpu {

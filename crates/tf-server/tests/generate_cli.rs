@@ -96,6 +96,18 @@ fn usage_errors_exit_2() {
     let bad_kernels = tf(&["serve", "--exl3-kernels", "turbo", "--port", "0"]);
     assert_eq!(bad_kernels.status.code(), Some(2));
     assert!(String::from_utf8(bad_kernels.stderr).unwrap().contains("--exl3-kernels: `turbo` is not exact or fast"));
+    for (args, says) in [
+        (&["serve", "--exl3-prompt", "gemm", "--port", "0"][..], "--exl3-prompt gemm needs --device cuda"),
+        (&["serve", "--exl3-prompt", "fast", "--port", "0"][..], "--exl3-prompt: `fast` is not gemv or gemm"),
+        (
+            &["serve", "--exl3-prompt-min-rows", "64", "--port", "0"][..],
+            "--exl3-prompt-min-rows needs --exl3-prompt gemm",
+        ),
+    ] {
+        let out = tf(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8(out.stderr).unwrap().contains(says), "{args:?} should say {says}");
+    }
     let cache_mapped = tf(&["serve", "--engram-cache-rows", "1000", "--port", "0"]);
     assert_eq!(cache_mapped.status.code(), Some(2));
     assert!(String::from_utf8(cache_mapped.stderr).unwrap().contains("--engram-cache-rows needs --engram-io"));

@@ -1,14 +1,13 @@
 //! One block's weights on the GPU, uploaded from the CPU block with the same roles and shapes.
 
 use super::ops::Sum;
-use super::weights::{Buf, Experts4, Lin8, Mat, upload_bf16, upload_f32};
+use super::weights::{Buf, Exl3Run, Experts4, Lin8, Mat, upload_bf16, upload_f32};
 use crate::attn::AttnWeights;
 use crate::config::LayerRole;
 use crate::mhc::HcSite;
 use crate::model::Block;
 use crate::moe::Moe;
 use tf_cuda::{Error, Gpu};
-use tf_exl3::exl3_mma::Exl3Kernels;
 
 /// An mHC site: `fn` in f32 (it multiplies the stream state in f32), `scale` [3], `base` [mix].
 pub struct GHc {
@@ -55,7 +54,7 @@ pub struct GAttn {
 }
 
 impl GAttn {
-    fn upload(gpu: &'static Gpu, a: &AttnWeights, kernels: Exl3Kernels) -> Result<GAttn, Error> {
+    fn upload(gpu: &'static Gpu, a: &AttnWeights, kernels: Exl3Run) -> Result<GAttn, Error> {
         let compressor = match &a.compressor {
             Some(c) => Some(GCompressor {
                 wkv: Mat::upload(gpu, &c.wkv)?,
@@ -107,7 +106,7 @@ pub struct GMoe {
 }
 
 impl GMoe {
-    fn upload(gpu: &'static Gpu, m: &Moe, kernels: Exl3Kernels) -> Result<GMoe, Error> {
+    fn upload(gpu: &'static Gpu, m: &Moe, kernels: Exl3Run) -> Result<GMoe, Error> {
         let set = |es: &[crate::moe::Expert<_>], w: fn(&crate::moe::Expert<_>) -> &_| {
             Experts4::upload(gpu, es.iter().map(w), kernels)
         };
@@ -164,7 +163,7 @@ pub struct GBlock {
 
 impl GBlock {
     /// The block's weights; EXL3 linears and experts run through `kernels`.
-    pub fn upload(gpu: &'static Gpu, b: &Block, kernels: Exl3Kernels) -> Result<GBlock, Error> {
+    pub fn upload(gpu: &'static Gpu, b: &Block, kernels: Exl3Run) -> Result<GBlock, Error> {
         let engram = match &b.engram {
             Some(g) => Some(GEngram { wkv: Lin8::upload(gpu, &g.wkv, kernels)?, weight: upload_f32(gpu, &g.weight)? }),
             None => None,

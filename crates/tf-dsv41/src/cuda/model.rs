@@ -3,7 +3,7 @@
 use super::lane::{GCache, GpuLane};
 use super::layer::GBlock;
 use super::ops::{self, Io};
-use super::weights::{Acts, Buf, Mat, upload_bf16};
+use super::weights::{Acts, Buf, Exl3Run, Mat, upload_bf16};
 use crate::config::{Config, RopeKind};
 use crate::model::{Model, Options};
 use crate::rope::Rope;
@@ -98,7 +98,8 @@ impl GpuModel {
     }
 
     pub fn from_cpu(cpu: Model, gpu: &'static Gpu) -> Result<GpuModel, Error> {
-        let kernels = if cpu.opts.exl3_fast { Exl3Kernels::Fast } else { Exl3Kernels::Exact };
+        let gemv = if cpu.opts.exl3_fast { Exl3Kernels::Fast } else { Exl3Kernels::Exact };
+        let kernels = Exl3Run { kernels: gemv, prompt_rows: cpu.opts.exl3_prompt_gemm };
         let blocks = cpu.blocks.iter().map(|b| GBlock::upload(gpu, b, kernels)).collect::<Result<Vec<_>, _>>()?;
         let embed = gpu.upload_exact(cpu.embed.bytes())?;
         let norm = upload_bf16(gpu, &cpu.norm)?;

@@ -13,6 +13,7 @@ use tf_exl3::Fp4Weight;
 use tf_exl3::cuda::{Fp4Experts, RoutedActs, fp4_gemv_routed};
 use tf_exl3::exl3_cuda::GpuExl3;
 use tf_exl3::exl3_mma::{Exl3Experts, Exl3Kernels};
+use tf_exl3::exl3_prompt::with_blas;
 
 /// A device buffer that lives as long as the model (the GPU is opened once per process).
 pub type Buf = PoolBuf<'static>;
@@ -44,10 +45,25 @@ impl<'x> Acts<'x> {
     }
 }
 
+/// How EXL3 weights run: the GEMV kernels, and from how many rows a call takes the prompt GEMM instead (tier 2, off by default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Exl3Run {
+    pub kernels: Exl3Kernels,
+    /// `Options::exl3_prompt_gemm`: calls of at least this many rows run W rebuilt in fp16 through cuBLASLt.
+    pub prompt_rows: Option<usize>,
+}
+
+impl Exl3Run {
+    /// Whether a call of `rows` rows takes the prompt GEMM.
+    pub fn gemm(&self, rows: usize) -> bool {
+        self.prompt_rows.is_some_and(|m| rows >= m)
+    }
+}
+
 /// A linear's stored weight: FP8 codes with E8M0 scales per 32×32 tile, or an EXL3 trellis.
 pub enum LinW {
     Fp8 { w: Buf, scale: Buf },
-    Exl3(Box<GpuExl3<'static>>, Exl3Kernels),
+    Exl3(Box<GpuExl3<'static>>, Exl3Run),
 }
 
 /// A linear `[n, k]`, FP8 block-scaled or EXL3.
@@ -59,7 +75,7 @@ pub struct Lin8 {
 
 impl Lin8 {
     /// The linear as stored; an EXL3 one runs through `kernels`.
-    pub fn upload(gpu: &'static Gpu, q: &QLinear<Fp8Weight>, kernels: Exl3Kernels) -> Result<Lin8, Error> {
+    pub fn upload(gpu: &'static Gpu, q: &QLinear<Fp8Weight>, kernels: Exl3Run) -> Result<Lin8, Error> {
         if let QLinear::Exl3(e) = q {
             return Ok(Lin8 { w: LinW::Exl3(Box::new(GpuExl3::upload(gpu, &e.w)?), kernels), n: e.out, k: e.inp });
         }
@@ -87,7 +103,10 @@ impl Lin8 {
                 fp8_gemv(gpu, w, scale, WeightScale::E8m0, codes, scales, &mut y, dims, Fp8Decode::Hardware)?;
                 Ok(y)
             }
-            LinW::Exl3(g, kernels) => g.forward_bf16(gpu, x.x, x.rows, (self.k, self.n), *kernels),
+            LinW::Exl3(g, run) if run.gemm(x.rows) => {
+                with_blas(gpu, |b| g.forward_gemm(gpu, b, x.x, x.rows, (self.k, self.n)))
+            }
+            LinW::Exl3(g, run) => g.forward_bf16(gpu, x.x, x.rows, (self.k, self.n), run.kernels),
         }
     }
 
@@ -119,7 +138,7 @@ pub enum Experts4 {
         n: usize,
         k: usize,
         table: Exl3Experts<'static, 'static>,
-        kernels: Exl3Kernels,
+        kernels: Exl3Run,
         shared: Option<usize>,
     },
 }
@@ -132,7 +151,7 @@ impl Experts4 {
     pub fn upload<'a>(
         gpu: &'static Gpu,
         ws: impl Iterator<Item = &'a QLinear<Fp4Weight>>,
-        kernels: Exl3Kernels,
+        kernels: Exl3Run,
     ) -> Result<Experts4, Error> {
         let ws: Vec<&QLinear<Fp4Weight>> = ws.collect();
         if let Some(QLinear::Exl3(first)) = ws.first() {
@@ -242,7 +261,11 @@ impl Experts4 {
                 Ok(y)
             }
             Experts4::Exl3 { n, k, table, kernels, .. } => {
-                table.routed_bf16(gpu, ids, x.x, if per_token { topk } else { 0 }, (pairs, *kernels), (*k, *n))
+                let token_topk = if per_token { topk } else { 0 };
+                if kernels.gemm(pairs / topk.max(1)) {
+                    return with_blas(gpu, |b| table.routed_gemm(gpu, b, ids, x.x, (token_topk, pairs), (*k, *n)));
+                }
+                table.routed_bf16(gpu, ids, x.x, token_topk, (pairs, kernels.kernels), (*k, *n))
             }
         }
     }

@@ -38,6 +38,8 @@ pub struct Options {
     pub prefill_mxfp4: Option<PrefillMxfp4>,
     /// Tier-2 numerics switch, off by default (`--exl3-kernels fast`): EXL3 on the GPU through tensor cores, within a declared bound.
     pub exl3_fast: bool,
+    /// Tier-2 numerics switch, off by default (`--exl3-prompt gemm`): GPU calls of at least this many rows run EXL3 as an fp16 GEMM.
+    pub exl3_prompt_gemm: Option<usize>,
 }
 
 /// Which layers get MXFP4 prefill experts and which calls use them (TensorFold's TF_DS_PREFILL_MXFP4_LAYERS and MXFP4_MIN_ROWS).
@@ -68,6 +70,7 @@ impl Default for Options {
             wide_sums: false,
             prefill_mxfp4: None,
             exl3_fast: false,
+            exl3_prompt_gemm: None,
         }
     }
 }

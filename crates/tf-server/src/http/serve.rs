@@ -26,6 +26,8 @@ pub struct ServeConfig {
     pub wide_sums: bool,
     /// Tier-2 switch (`--exl3-kernels fast`): EXL3 on the GPU through tensor cores instead of the exact kernels; off by default.
     pub exl3_fast: bool,
+    /// Tier-2 switch (`--exl3-prompt gemm [--exl3-prompt-min-rows N]`): GPU calls of at least N rows run EXL3 as an fp16 GEMM; off by default.
+    pub exl3_prompt_gemm: Option<usize>,
     /// Tier-2 switch (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for long prompt chunks; off by default.
     pub prefill_mxfp4: Option<tf_dsv41::PrefillMxfp4>,
     /// `--cuda-graphs`: each decode step recorded and launched as one CUDA graph (same bits; off, as it measured no faster).
@@ -70,6 +72,7 @@ impl Default for ServeConfig {
             device: Device::Cpu,
             wide_sums: false,
             exl3_fast: false,
+            exl3_prompt_gemm: None,
             prefill_mxfp4: None,
             cuda_graphs: false,
         }
@@ -141,6 +144,7 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
                     engram_cache_rows: cfg.engram_cache_rows,
                     wide_sums: cfg.wide_sums,
                     exl3_fast: cfg.exl3_fast,
+                    exl3_prompt_gemm: cfg.exl3_prompt_gemm,
                     prefill_mxfp4: cfg.prefill_mxfp4,
                     ..tf_dsv41::Options::default()
                 }

@@ -145,6 +145,7 @@ pub enum Exl3Run {
     Exact,
     FastGate,
     Mxfp4,
+    PromptGemmGate,
 }
 
 /// The gates on the kind converted to EXL3 (random MUL1, K 2..5): exact kernels must give the CPU's bits, the fast gate the golden gate's rules.
@@ -166,9 +167,10 @@ pub fn check_exl3(
         Exl3Run::Mxfp4 => {
             Options { prefill_mxfp4: Some(PrefillMxfp4 { layers: usize::MAX, min_rows: 8 }), ..Options::default() }
         }
+        Exl3Run::PromptGemmGate => Options { exl3_prompt_gemm: Some(8), ..Options::default() },
     };
-    let result =
-        gates(gpu, rng, report, (kind, &dst, opts), &[(true, false), (false, false)], run != Exl3Run::FastGate);
+    let bits = matches!(run, Exl3Run::Exact | Exl3Run::Mxfp4);
+    let result = gates(gpu, rng, report, (kind, &dst, opts), &[(true, false), (false, false)], bits);
     let _ = std::fs::remove_dir_all(&base);
     result
 }
@@ -181,11 +183,13 @@ fn gates(
     combos: &[(bool, bool)],
     bits: bool,
 ) -> Result<(), Error> {
-    let exl3 = match (dir.ends_with("exl3"), base.exl3_fast, base.prefill_mxfp4.is_some()) {
-        (false, _, _) => "",
-        (true, true, _) => " exl3 fast",
-        (true, false, true) => " exl3 mxfp4 prefill",
-        (true, false, false) => " exl3",
+    let flags = (base.exl3_fast, base.prefill_mxfp4.is_some(), base.exl3_prompt_gemm.is_some());
+    let exl3 = match (dir.ends_with("exl3"), flags) {
+        (false, _) => "",
+        (true, (true, ..)) => " exl3 fast",
+        (true, (false, true, _)) => " exl3 mxfp4 prefill",
+        (true, (false, false, true)) => " exl3 prompt gemm",
+        (true, (false, false, false)) => " exl3",
     };
     for &(replay, wide_sums) in combos {
         let opts = Options { replay, wide_sums, ..base };
@@ -229,8 +233,8 @@ fn gates(
             pass,
         );
         concurrent(&gm, &solo, report, &name)?;
-        // MXFP4 prefill experts make a prompt row differ from the same row decoded, by design (docs/exl3.md).
-        if !replay && base.prefill_mxfp4.is_none() {
+        // MXFP4 prefill experts and the prompt GEMM make a prompt row differ from the same row decoded, by design (docs/exl3.md).
+        if !replay && base.prefill_mxfp4.is_none() && base.exl3_prompt_gemm.is_none() {
             decode_row(&gm, rng, report, &name)?;
         }
         crate::graphs::check(&mut gm, &solo, rng, report, &name)?;

@@ -61,12 +61,12 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
             e2e::check_exl3(gpu, rng, r, kind, Exl3Run::Mxfp4)
         });
     }
-    // The tier-2 tensor-core switch's gate runs only when named (TF_SECTIONS="exl3 fast gate"): its verdict is a measurement.
-    if only.iter().any(|o| o == "exl3 fast gate") {
-        for kind in [TinyKind::Tiny, TinyKind::Small] {
-            run_one(&format!("exl3 fast gate {}", kind.name()), &mut |r| {
-                e2e::check_exl3(gpu, rng, r, kind, Exl3Run::FastGate)
-            });
+    // Tier-2 switches' gates run only when named (TF_SECTIONS="exl3 fast gate"): their verdicts are measurements.
+    for (gate, run) in [("exl3 fast gate", Exl3Run::FastGate), ("exl3 prompt gemm gate", Exl3Run::PromptGemmGate)] {
+        if only.iter().any(|o| o == gate) {
+            for kind in [TinyKind::Tiny, TinyKind::Small] {
+                run_one(&format!("{gate} {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind, run));
+            }
         }
     }
     run_one("engram read-ahead", &mut |r| engram::check(gpu, rng, r));

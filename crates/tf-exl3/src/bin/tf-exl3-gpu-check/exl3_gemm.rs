@@ -10,6 +10,7 @@ use tf_cuda::timing::median;
 use tf_cuda::{Error, Gpu};
 use tf_exl3::exl3::encode::random_weight;
 use tf_exl3::exl3_cuda::GpuExl3;
+use tf_exl3::exl3_mma::Exl3Experts;
 use tf_exl3::{Codebook, Exl3Weight};
 
 /// Declared before measuring: per output, |Δ| ≤ 2^-9 · Σ_i |x_i·W_ic| + 2^-24 · Σ_i |x_i| (W and x each rounded once to fp16, f32 sums).
@@ -43,7 +44,75 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
         effective(gpu, report, &w)?;
         gemm_case(gpu, rng, report, &mut blas, &w, (rows, kin, n))?;
     }
+    routed_case(gpu, rng, report, &mut blas)?;
     timing(gpu, rng, report, &mut blas)
+}
+
+/// `routed_gemm` per token (top 6) and per pair over 12 experts of K 2–4 (some with a bias): every pair within the bound of its expert's CPU forward.
+fn routed_case(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, blas: &mut Blas<'_>) -> Result<(), Error> {
+    let (in_p, out_p, count, rows, topk) = (256, 384, 12, 40, 6);
+    let ws: Vec<Exl3Weight> = (0..count)
+        .map(|e| {
+            let mut w = random_weight(rng, (in_p, out_p, 2 + e % 3), Codebook::Mul1, 1.0);
+            w.bias = (e % 4 == 1).then(|| acts(rng, out_p));
+            w
+        })
+        .collect();
+    let gs = ws.iter().map(|w| GpuExl3::upload(gpu, w)).collect::<Result<Vec<_>, _>>()?;
+    let table = Exl3Experts::new(gpu, &gs.iter().collect::<Vec<_>>(), 64)?;
+    let (kin, n) = (200, 300);
+    for per_token in [true, false] {
+        let pairs = rows * topk;
+        let x_rows = if per_token { rows } else { pairs };
+        let ids: Vec<i32> = (0..pairs).map(|_| (rng.next_u64() % count as u64) as i32).collect();
+        let xb: Vec<u16> = acts(rng, x_rows * kin).into_iter().map(f32_to_bf16_bits).collect();
+        let t = if per_token { topk } else { 0 };
+        let y: Vec<f32> = gpu.download(&table.routed_gemm(
+            gpu,
+            blas,
+            &gpu.upload(&ids)?,
+            &gpu.upload(&xb)?,
+            (t, pairs),
+            (kin, n),
+        )?)?;
+        let (mut over, mut worst) = (0usize, 0.0f64);
+        for (p, &e) in ids.iter().enumerate() {
+            let w = &ws[e as usize];
+            let a = if per_token { p / topk } else { p };
+            let mut x = vec![0.0f32; in_p];
+            x[..kin].iter_mut().zip(&xb[a * kin..(a + 1) * kin]).for_each(|(d, &b)| *d = bf16_bits_to_f32(b));
+            let (o, wo) = within(w, &x, &y[p * n..(p + 1) * n]);
+            over += o;
+            worst = worst.max(wo);
+        }
+        let mut bad = ids.clone();
+        bad[3] = count as i32;
+        let refused =
+            table.routed_gemm(gpu, blas, &gpu.upload(&bad)?, &gpu.upload(&xb)?, (t, pairs), (kin, n)).is_err();
+        let case = format!(
+            "{pairs} pairs over {count} experts (K 2-4, biases) {in_p}→{out_p}, {kin}→{n}, per token {per_token}"
+        );
+        let what =
+            format!("{over} of {} over the bound, worst {worst:.3} of it; a bad id refused {refused}", pairs * n);
+        report.row("exl3 routed_gemm", &case, what, over == 0 && refused);
+    }
+    Ok(())
+}
+
+/// Outputs of one row over the bound of [`REL_GEMM`] against `w`'s CPU forward, and the worst error as a fraction of it.
+fn within(w: &Exl3Weight, x: &[f32], y: &[f32]) -> (usize, f64) {
+    let want = w.forward(x, 1);
+    let weff = w.weight();
+    let xsum: f64 = x.iter().map(|v| f64::from(v.abs())).sum();
+    let (mut over, mut worst) = (0, 0.0f64);
+    for (c, &got) in y.iter().enumerate() {
+        let mag: f64 = x.iter().enumerate().map(|(i, &a)| f64::from((a * weff[i * w.out_p + c]).abs())).sum();
+        let tol = REL_GEMM * mag + ABS_W * xsum + f64::from(want[c].abs()) * 1e-6;
+        let err = f64::from((got - want[c]).abs());
+        over += usize::from(err > tol || err.is_nan());
+        worst = worst.max(err / tol);
+    }
+    (over, worst)
 }
 
 /// The GPU's fp16 effective weight against `Exl3Weight::weight` rounded once: bit for bit.
