@@ -185,7 +185,13 @@ fn serve(args: &[String]) -> ExitCode {
     }
     // Run 15's numbers put the routed experts' crossover near 256 rows (docs/exl3.md); decode rows stay on the GEMV.
     cfg.exl3_prompt_gemm = match (prompt_gemm, prompt_min_rows) {
-        (true, rows) => Some(rows.unwrap_or(256).max(1)),
+        (true, Some(rows)) if rows < 2 => {
+            eprintln!(
+                "tf serve: --exl3-prompt-min-rows must be at least 2: one-row decode steps stay on the GEMV\n{USAGE}"
+            );
+            return ExitCode::from(2);
+        }
+        (true, rows) => Some(rows.unwrap_or(256)),
         (false, None) => None,
         (false, Some(_)) => {
             eprintln!("tf serve: --exl3-prompt-min-rows needs --exl3-prompt gemm\n{USAGE}");

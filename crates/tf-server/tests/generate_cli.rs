@@ -103,6 +103,7 @@ fn usage_errors_exit_2() {
             &["serve", "--exl3-prompt-min-rows", "64", "--port", "0"][..],
             "--exl3-prompt-min-rows needs --exl3-prompt gemm",
         ),
+        (&["serve", "--exl3-prompt", "gemm", "--exl3-prompt-min-rows", "1"][..], "must be at least 2"),
     ] {
         let out = tf(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
