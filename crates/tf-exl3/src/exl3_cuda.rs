@@ -1,7 +1,7 @@
 //! EXL3 linears on the GPU: the trellis uploaded as stored, decoded exactly, and `y = x·W` in `Exl3Weight::forward`'s order.
 
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
-use crate::exl3::{Exl3Weight, HAD, SPLIT};
+use crate::exl3::{Codebook, Exl3Weight, HAD, SPLIT};
 use crate::exl3_mma::{
     EXL3_MMA_ROWS, Exl3Kernels, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, exact_smem_bytes, fast_fn, launch_mma,
     prepare, rows_in, rows_out,
@@ -32,30 +32,41 @@ pub struct GpuExl3<'g> {
 impl<'g> GpuExl3<'g> {
     /// Uploads `w` exactly as loaded (no decoding on the host).
     pub fn upload(gpu: &'g Gpu, w: &Exl3Weight) -> Result<GpuExl3<'g>, Error> {
-        const OP: &str = "exl3 upload";
-        if w.in_p == 0 || w.out_p == 0 || !w.in_p.is_multiple_of(HAD) || !w.out_p.is_multiple_of(HAD) {
-            return Err(Error::Launch { op: OP, what: format!("{}×{} is not a multiple of {HAD}", w.in_p, w.out_p) });
-        }
-        if (w.out_p / 16) > 65535 {
-            return Err(Error::Launch { op: OP, what: format!("{} outputs exceed one launch's grid", w.out_p) });
-        }
         let (trellis, suh, svh) = (gpu.upload_exact(&w.trellis)?, gpu.upload_exact(&w.suh)?, gpu.upload_exact(&w.svh)?);
         let bias = w.bias.as_ref().map(|b| gpu.upload_exact(b)).transpose()?;
-        let table =
-            gpu.upload_exact(&dev_row(gpu, (&trellis, &suh, &svh, bias.as_ref()), (w.k, w.codebook.index() as i32)))?;
-        prepare(gpu, w.k, w.codebook.index() as i32, (w.in_p, w.out_p))?;
-        Ok(GpuExl3 {
-            in_p: w.in_p,
-            out_p: w.out_p,
-            k: w.k,
-            codebook: w.codebook.index() as i32,
-            trellis,
-            suh,
-            svh,
-            bias,
-            done: gpu.upload_exact(&vec![0u32; w.out_p / MMA_COLS])?,
-            table,
-        })
+        GpuExl3::from_device(gpu, (trellis, suh, svh, bias), (w.in_p, w.out_p, w.k), w.codebook)
+    }
+
+    /// A weight from buffers already on the device (trellis I16, suh/svh fp16, bias f32), checked against `(in_p, out_p, k)`.
+    pub fn from_device(
+        gpu: &'g Gpu,
+        (trellis, suh, svh, bias): (PoolBuf<'g>, PoolBuf<'g>, PoolBuf<'g>, Option<PoolBuf<'g>>),
+        (in_p, out_p, k): (usize, usize, usize),
+        codebook: Codebook,
+    ) -> Result<GpuExl3<'g>, Error> {
+        const OP: &str = "exl3 upload";
+        if in_p == 0 || out_p == 0 || !in_p.is_multiple_of(HAD) || !out_p.is_multiple_of(HAD) {
+            return Err(Error::Launch { op: OP, what: format!("{in_p}×{out_p} is not a multiple of {HAD}") });
+        }
+        if (out_p / 16) > 65535 || !(1..=8).contains(&k) {
+            return Err(Error::Launch {
+                op: OP,
+                what: format!("{out_p} outputs at K={k}: outside one launch's grid or K 1..8"),
+            });
+        }
+        let sizes = [(trellis.len(), in_p * out_p * k / 8), (suh.len(), in_p * 2), (svh.len(), out_p * 2)];
+        let sizes = sizes.into_iter().chain(bias.as_ref().map(|b| (b.len(), out_p * 4)));
+        if let Some((got, want)) = sizes.into_iter().find(|(got, want)| got != want) {
+            return Err(Error::Launch {
+                op: OP,
+                what: format!("a buffer of {got} bytes where {in_p}×{out_p} K={k} needs {want}"),
+            });
+        }
+        let cb = codebook.index() as i32;
+        let table = gpu.upload_exact(&dev_row(gpu, (&trellis, &suh, &svh, bias.as_ref()), (k, cb)))?;
+        prepare(gpu, k, cb, (in_p, out_p))?;
+        let done = gpu.upload_exact(&vec![0u32; out_p / MMA_COLS])?;
+        Ok(GpuExl3 { in_p, out_p, k, codebook: cb, trellis, suh, svh, bias, done, table })
     }
 
     /// `Q` as fp16 bits `[in_p][out_p]` into `q`, bit for bit `Exl3Weight::decode_q`.

@@ -117,18 +117,13 @@ impl GMoe {
             }
             None => None,
         };
-        let (mut w1, mut w2, mut w3) =
-            (set(&m.experts, |e| &e.w1)?, set(&m.experts, |e| &e.w2)?, set(&m.experts, |e| &e.w3)?);
+        let (w1, w2, w3) = (set(&m.experts, |e| &e.w1)?, set(&m.experts, |e| &e.w2)?, set(&m.experts, |e| &e.w3)?);
         let shared = [
             Lin8::upload(gpu, &m.shared.w1, kernels)?,
             Lin8::upload(gpu, &m.shared.w2, kernels)?,
             Lin8::upload(gpu, &m.shared.w3, kernels)?,
         ];
-        // An EXL3 shared expert of the routed shape rides in the routed launches (same kernels, so the same bits).
-        if w1.join_shared(gpu, &shared[0])? && w2.join_shared(gpu, &shared[1])? {
-            w3.join_shared(gpu, &shared[2])?;
-        }
-        Ok(GMoe {
+        let mut moe = GMoe {
             prefill,
             gate: Mat::upload(gpu, &m.gate)?,
             bias: upload_f32(gpu, &m.bias)?,
@@ -140,7 +135,18 @@ impl GMoe {
             route_scale: m.route_scale,
             norm_topk: m.norm_topk,
             limit: m.limit,
-        })
+        };
+        moe.join_shared(gpu)?;
+        Ok(moe)
+    }
+
+    /// Puts an EXL3 shared expert of the routed shape into the routed launches (same kernels, so the same bits).
+    pub fn join_shared(&mut self, gpu: &'static Gpu) -> Result<(), Error> {
+        let [s1, s2, s3] = &self.shared;
+        if self.w1.join_shared(gpu, s1)? && self.w2.join_shared(gpu, s2)? {
+            self.w3.join_shared(gpu, s3)?;
+        }
+        Ok(())
     }
 }
 

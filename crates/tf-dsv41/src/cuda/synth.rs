@@ -4,14 +4,18 @@ use super::kernels::SYNTH;
 use super::layer::{GAttn, GBlock, GCompressor, GHc, GIndexer, GMoe};
 use super::model::GpuModel;
 use super::ops::{Sum, grid};
-use super::weights::{Buf, Experts4, Lin8, LinW, Mat};
+use super::weights::{Buf, Exl3Run, Experts4, Lin8, LinW, Mat};
 use crate::config::{Config, RopeKind, roles};
 use crate::model::Options;
 use crate::rope::Rope;
 use cudarc::driver::PushKernelArg;
+use tf_core::formats::f32_to_f16_bits;
 use tf_core::ops::QBLOCK;
+use tf_core::rng::SplitMix64;
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu};
+use tf_exl3::Codebook;
+use tf_exl3::exl3_cuda::GpuExl3;
 
 /// V4.1-Flash (dsv41 §1) in `layers` layers: 2 window, then ratio-2 and ratio-1 halves each led by a KV + index source (no Engram, DSpark, vision).
 pub fn flash_config(layers: usize) -> Result<Config, crate::config::ConfigError> {
@@ -40,10 +44,11 @@ pub fn flash_config(layers: usize) -> Result<Config, crate::config::ConfigError>
     Ok(cfg)
 }
 
-/// Fills fresh device buffers with reproducible random values, one seed per buffer.
+/// Fills fresh device buffers with reproducible random values, one seed per buffer; `exl3`: linears and experts as EXL3 at that K.
 struct Gen {
     gpu: &'static Gpu,
     seed: u64,
+    exl3: Option<(usize, Exl3Run)>,
 }
 
 /// Threads per block and the grid-stride cap of the fill kernels.
@@ -97,7 +102,22 @@ impl Gen {
         127 - ((k as f64).sqrt() * mag).log2().round() as i32
     }
 
+    /// An EXL3 MUL1 linear `[n, k]` at K = `kk`: a random trellis (any stream is valid), signed scales for an RMS near 1/√k.
+    fn exl3_weight(&mut self, n: usize, k: usize, kk: usize) -> Result<GpuExl3<'static>, Error> {
+        let trellis = self.bytes(k * n * kk / 8, 1, 0)?;
+        let mut rng = SplitMix64::new(self.next_seed());
+        let mut signed = |len: usize, s: f32| -> Vec<u16> {
+            (0..len).map(|_| f32_to_f16_bits(if rng.next_u64() & 1 == 0 { s } else { -s })).collect()
+        };
+        let (suh, svh) = (signed(k, 1.0 / (k as f32).sqrt()), signed(n, 1.0));
+        let (suh, svh) = (self.gpu.upload_exact(&suh)?, self.gpu.upload_exact(&svh)?);
+        GpuExl3::from_device(self.gpu, (trellis, suh, svh, None), (k, n, kk), Codebook::Mul1)
+    }
+
     fn lin8(&mut self, n: usize, k: usize) -> Result<Lin8, Error> {
+        if let Some((kk, run)) = self.exl3 {
+            return Ok(Lin8 { w: LinW::Exl3(Box::new(self.exl3_weight(n, k, kk)?), run), n, k });
+        }
         let w = self.bytes(n * k, 0, 0)?;
         let scale = self.bytes(n.div_ceil(QBLOCK) * (k / QBLOCK), 2, Gen::scale_byte(k, 1.3))?;
         Ok(Lin8 { w: LinW::Fp8 { w, scale }, n, k })
@@ -109,6 +129,10 @@ impl Gen {
     }
 
     fn experts(&mut self, count: usize, n: usize, k: usize) -> Result<Experts4, Error> {
+        if let Some((kk, run)) = self.exl3 {
+            let w = (0..count).map(|_| self.exl3_weight(n, k, kk)).collect::<Result<Vec<_>, Error>>()?;
+            return Experts4::exl3(self.gpu, w, (n, k), run);
+        }
         let byte = Gen::scale_byte(k, 2.9);
         let w = (0..count)
             .map(|_| Ok((self.bytes(n * k / 2, 1, 0)?, self.bytes(n * (k / QBLOCK), 2, byte)?)))
@@ -130,7 +154,21 @@ impl Gen {
 impl GpuModel {
     /// A model of `cfg`'s shapes in the official formats (FP8 linears, FP4 experts, bf16 small matrices), random.
     pub fn synthetic(cfg: Config, gpu: &'static Gpu, seed: u64) -> Result<GpuModel, Error> {
-        let mut g = Gen { gpu, seed };
+        GpuModel::synth(cfg, gpu, seed, None)
+    }
+
+    /// [`GpuModel::synthetic`] with every FP8 linear and FP4 expert as an EXL3 MUL1 trellis at K = `k`, run through `run`.
+    pub fn synthetic_exl3(
+        cfg: Config,
+        gpu: &'static Gpu,
+        seed: u64,
+        (k, run): (usize, Exl3Run),
+    ) -> Result<GpuModel, Error> {
+        GpuModel::synth(cfg, gpu, seed, Some((k, run)))
+    }
+
+    fn synth(cfg: Config, gpu: &'static Gpu, seed: u64, exl3: Option<(usize, Exl3Run)>) -> Result<GpuModel, Error> {
+        let mut g = Gen { gpu, seed, exl3 };
         let (dim, h, d, qr) = (cfg.dim, cfg.n_heads, cfg.head_dim, cfg.q_lora_rank);
         let (ih, id, inter) = (cfg.index_n_heads, cfg.index_head_dim, cfg.moe_inter_dim);
         let sinter = inter * cfg.n_shared_experts;
@@ -163,7 +201,7 @@ impl GpuModel {
                 compressor,
                 indexer,
             };
-            let ffn = GMoe {
+            let mut ffn = GMoe {
                 gate: g.mat(cfg.n_routed_experts, dim, Sum::Lanes8)?,
                 bias: g.uniform(cfg.n_routed_experts, -0.01, 0.01, false)?,
                 w1: g.experts(cfg.n_routed_experts, inter, dim)?,
@@ -176,6 +214,7 @@ impl GpuModel {
                 norm_topk: cfg.norm_topk_prob,
                 limit: cfg.swiglu_limit,
             };
+            ffn.join_shared(gpu)?;
             let (attn_norm, ffn_norm) = (g.norm(dim)?, g.norm(dim)?);
             let (hc_attn, hc_ffn) = (g.hc(&cfg)?, g.hc(&cfg)?);
             blocks.push(GBlock { role, attn, ffn, attn_norm, ffn_norm, hc_attn, hc_ffn, engram: None });
@@ -185,7 +224,8 @@ impl GpuModel {
         let head = g.mat(cfg.vocab_size, dim, Sum::Lanes8)?;
         gpu.sync("generating the synthetic model")?;
         let ropes = [Rope::new(&cfg, RopeKind::Plain), Rope::new(&cfg, RopeKind::Yarn)];
-        let opts = Options { replay: false, ..Options::default() };
+        let opts =
+            Options { replay: false, exl3_prompt_gemm: exl3.and_then(|(_, r)| r.prompt_rows), ..Options::default() };
         Ok(GpuModel {
             gpu,
             cfg,

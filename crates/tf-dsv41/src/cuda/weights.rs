@@ -166,10 +166,7 @@ impl Experts4 {
                 };
                 w.push(GpuExl3::upload(gpu, &e.w)?);
             }
-            let table = Exl3Experts::new(gpu, &w.iter().collect::<Vec<_>>(), EXL3_MAX_PAIRS)?;
-            // SAFETY: the table points into `w`, which this value owns and never changes; device buffers do not move.
-            let table = unsafe { table.into_detached() };
-            return Ok(Experts4::Exl3 { w, n, k, table, kernels, shared: None });
+            return Experts4::exl3(gpu, w, (n, k), kernels);
         }
         let mut w = Vec::new();
         let (mut n, mut k) = (0, 0);
@@ -180,6 +177,19 @@ impl Experts4 {
             w.push((gpu.upload_exact(codes)?, gpu.upload_exact(scales)?));
         }
         Experts4::new(gpu, w, (n, k))
+    }
+
+    /// Takes EXL3 `w` (one shape and codebook) and builds its device table; they run through `kernels`.
+    pub fn exl3(
+        gpu: &'static Gpu,
+        w: Vec<GpuExl3<'static>>,
+        (n, k): (usize, usize),
+        kernels: Exl3Run,
+    ) -> Result<Experts4, Error> {
+        let table = Exl3Experts::new(gpu, &w.iter().collect::<Vec<_>>(), EXL3_MAX_PAIRS)?;
+        // SAFETY: the table points into `w`, which this value owns and never changes; device buffers do not move.
+        let table = unsafe { table.into_detached() };
+        Ok(Experts4::Exl3 { w, n, k, table, kernels, shared: None })
     }
 
     /// Takes FP4 `w` and builds its pointer tables (checking every expert's size).

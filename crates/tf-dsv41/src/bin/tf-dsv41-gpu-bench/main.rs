@@ -9,7 +9,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 use tf_core::rng::SplitMix64;
 use tf_cuda::timing::{copy_ms, median};
+use tf_dsv41::cuda::weights::Exl3Run;
 use tf_dsv41::cuda::{GpuLane, GpuModel, flash_config, open_gpu};
+use tf_exl3::exl3_mma::Exl3Kernels;
 
 /// Decode batches measured by default (`TF_BENCH_BATCHES=1,8` picks): rows of one call, as a verify window (no cross-lane batching yet).
 const BATCHES: [usize; 3] = [1, 8, 32];
@@ -71,7 +73,17 @@ fn run() -> Result<Value, String> {
     }
     println!("[bench] sum order {:?}", cfg.sums);
     let t = Instant::now();
-    let mut model = GpuModel::synthetic(cfg.clone(), gpu, 0x5EED).map_err(fail)?;
+    // TF_BENCH_EXL3=K makes every linear and expert an EXL3 MUL1 trellis at K; TF_BENCH_EXL3_PROMPT=N adds the prompt GEMM from N rows.
+    let mut model = match env("TF_BENCH_EXL3", 0) {
+        0 => GpuModel::synthetic(cfg.clone(), gpu, 0x5EED),
+        k => {
+            let prompt_rows = Some(env("TF_BENCH_EXL3_PROMPT", 0)).filter(|&n| n > 0);
+            let run = Exl3Run { kernels: Exl3Kernels::Exact, prompt_rows };
+            println!("[bench] EXL3 weights at K = {k}, prompt GEMM from {prompt_rows:?} rows");
+            GpuModel::synthetic_exl3(cfg.clone(), gpu, 0x5EED, (k, run))
+        }
+    }
+    .map_err(fail)?;
     let all: usize = (0..layers).map(|l| model.block_weight_bytes(l)).map(|(r, e)| r + e * cfg.n_routed_experts).sum();
     println!(
         "[bench] flash-shaped model: {layers} layers, {:.1} GB of weights, generated in {:.1} s",
@@ -105,7 +117,8 @@ fn run() -> Result<Value, String> {
     let profile = profile(&model, &base, &mut rng)?;
     drop(base);
     let prefill = if prompt == 0 { Value::Null } else { prefill(&model, prompt, chunk, budget_s, &mut rng)? };
-    Ok(json!({"copy_gbps": gbps, "layers": layers, "weights_bytes": all, "context": ctx,
+    let exl3 = json!({"k": env("TF_BENCH_EXL3", 0), "prompt_gemm_rows": env("TF_BENCH_EXL3_PROMPT", 0)});
+    Ok(json!({"copy_gbps": gbps, "layers": layers, "exl3": exl3, "weights_bytes": all, "context": ctx,
               "decode": decode, "profile": profile, "prefill": prefill, "ops": op_times}))
 }
 
