@@ -15,6 +15,8 @@ pub const EXL3_MMA_ROWS: usize = 16;
 pub(crate) const MMA_COLS: usize = 128;
 /// Blocks a fast GEMV aims for (two per SM of an H100/H200); a function of the shape only, so bits never depend on the GPU.
 const MMA_TARGET_BLOCKS: usize = 264;
+/// Hadamard blocks per split at most: four would need over 227 KiB of shared memory at K = 8 and 16 rows (wo_b's 16384 inputs asked 19).
+const MMA_MAX_PER: usize = 3;
 /// Shared memory every launch gets without opting in.
 const SMEM_DEFAULT: usize = 48 << 10;
 
@@ -39,7 +41,7 @@ impl MmaPlan {
     pub fn new(in_p: usize, out_p: usize) -> MmaPlan {
         let (groups, blocks) = (out_p / MMA_COLS, in_p / HAD);
         let want = MMA_TARGET_BLOCKS.div_ceil(groups).clamp(1, blocks);
-        let per = blocks.div_ceil(want);
+        let per = blocks.div_ceil(want).min(MMA_MAX_PER);
         MmaPlan { kr: per * HAD / 16, splits: blocks.div_ceil(per) }
     }
 
@@ -329,7 +331,11 @@ mod tests {
 
     #[test]
     fn plans_split_whole_hadamard_blocks_and_cover_the_input() {
-        for (in_p, out_p) in [(5120, 2304), (2304, 5120), (256, 384), (128, 128), (7168, 128), (128, 65536)] {
+        // The test shapes, then every V4.1-Flash EXL3 linear: wq_a, wq_b, wkv, wo_b, the indexer's wq_b, Engram's wkv.
+        let flash = [(5120, 1024), (1024, 32768), (5120, 512), (16384, 5120), (1024, 8192), (5120, 2560)];
+        for (in_p, out_p) in
+            [(5120, 2304), (2304, 5120), (256, 384), (128, 128), (7168, 128), (128, 65536)].into_iter().chain(flash)
+        {
             let p = MmaPlan::new(in_p, out_p);
             assert!(p.kr > 0 && p.kr.is_multiple_of(HAD / 16), "{in_p}×{out_p}: kr {} is not whole 128-blocks", p.kr);
             let tiles = in_p / 16;
