@@ -11,6 +11,8 @@ rc=0
 # official FP8/FP4, EXL3 K=3 exact, EXL3 K=3 with the prompt GEMM from 256 rows
 for run in "0 0 official" "3 0 exl3" "3 256 exl3-gemm"; do
   set -- $run
+  # TF_BENCH_ONLY="exl3 exl3-gemm" runs only those.
+  [[ -z "${TF_BENCH_ONLY:-}" || " $TF_BENCH_ONLY " == *" $3 "* ]] || continue
   mkdir -p "$out/$3"
   OUT="$out/$3" TF_BENCH_EXL3=$1 TF_BENCH_EXL3_PROMPT=$2 timeout --signal=KILL "${TF_BENCH_TIMEOUT:-180}" \
     gpu-carry/tf-dsv41-gpu-bench > "$out/$3.log" 2>&1
