@@ -3,6 +3,48 @@
 // Shared memory of exl3_recon: one 128×128 block of f32, rows padded to 129 so a warp's column reads hit 32 banks.
 #define RECON_LD (HAD + 1)
 
+namespace {
+// fwht_blocks on blk's 128 lines (line l, element e at l·LINE + e·STEP): levels 1-4 on 8 adjacent, 8-64 on 16 strided, × 1/√128, the CPU's bits.
+template <int STEP, int LINE>
+__device__ __forceinline__ void recon_pass(float* blk) {
+    for (int task = threadIdx.x; task < HAD * 16; task += blockDim.x) {
+        float* v0 = blk + (task % HAD) * LINE + (task / HAD) * 8 * STEP;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = v0[e * STEP];
+#pragma unroll
+        for (int h = 1; h < 8; h *= 2)
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                if (!(e & h)) {
+                    const float a = v[e], b = v[e + h];
+                    v[e] = __fadd_rn(a, b), v[e + h] = __fsub_rn(a, b);
+                }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v0[e * STEP] = v[e];
+    }
+    __syncthreads();
+    const float norm = 1.0f / sqrtf((float)HAD);
+    for (int task = threadIdx.x; task < HAD * 8; task += blockDim.x) {
+        float* v0 = blk + (task % HAD) * LINE + (task / HAD) * STEP;
+        float v[16];
+#pragma unroll
+        for (int e = 0; e < 16; ++e) v[e] = v0[e * 8 * STEP];
+#pragma unroll
+        for (int h = 1; h < 16; h *= 2)
+#pragma unroll
+            for (int e = 0; e < 16; ++e)
+                if (!(e & h)) {
+                    const float a = v[e], b = v[e + h];
+                    v[e] = __fadd_rn(a, b), v[e + h] = __fsub_rn(a, b);
+                }
+#pragma unroll
+        for (int e = 0; e < 16; ++e) v0[e * 8 * STEP] = __fmul_rn(v[e], norm);
+    }
+    __syncthreads();
+}
+}  // namespace
+
 // Grid (in_p/128, out_p/128, weights), 256 threads, RECON_LD·128 f32 dynamic smem: w[z] fp16 [in_p][out_p] of table[ids[z]] (ids null: z).
 extern "C" __global__ void __launch_bounds__(256) exl3_recon(const Exl3Dev* __restrict__ table, const int* __restrict__ ids, int experts,
                                                              u16* __restrict__ w, int in_p, int out_p) {
@@ -23,26 +65,16 @@ extern "C" __global__ void __launch_bounds__(256) exl3_recon(const Exl3Dev* __re
         }
     }
     __syncthreads();
-    // H on the input side: a warp per column.
-    for (int c = wp; c < HAD; c += 8) {
-        float r[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) r[q] = blk[(lane + 32 * q) * RECON_LD + c];
-        fwht128_warp(r, lane);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) blk[(lane + 32 * q) * RECON_LD + c] = r[q];
-    }
-    __syncthreads();
-    // H on the output side, × suh·svh as Exl3Weight::weight orders it, rounded once to fp16: a warp per row.
-    for (int i = wp; i < HAD; i += 8) {
-        float r[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) r[q] = blk[i * RECON_LD + lane + 32 * q];
-        fwht128_warp(r, lane);
+    // H on the input side down each column, then on the output side along each row: fwht_blocks' levels in order.
+    recon_pass<RECON_LD, 1>(blk);
+    recon_pass<1, RECON_LD>(blk);
+    // × suh·svh as Exl3Weight::weight orders it, rounded once to fp16; a warp writes 32 value pairs of a row.
+    for (int idx = threadIdx.x; idx < HAD * HAD / 2; idx += blockDim.x) {
+        const int i = idx / (HAD / 2), c = 2 * (idx % (HAD / 2));
         const float su = f16(wt->suh[bi * HAD + i]);
-        u16* row = wz + (size_t)(bi * HAD + i) * out_p + bj * HAD;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) row[lane + 32 * q] = to_f16(__fmul_rn(r[q], __fmul_rn(su, f16(wt->svh[bj * HAD + lane + 32 * q]))));
+        const u32 lo = to_f16(__fmul_rn(blk[i * RECON_LD + c], __fmul_rn(su, f16(wt->svh[bj * HAD + c]))));
+        const u32 hi = to_f16(__fmul_rn(blk[i * RECON_LD + c + 1], __fmul_rn(su, f16(wt->svh[bj * HAD + c + 1]))));
+        *reinterpret_cast<u32*>(wz + (size_t)(bi * HAD + i) * out_p + bj * HAD + c) = lo | hi << 16;
     }
 }
 
