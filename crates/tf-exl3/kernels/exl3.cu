@@ -217,28 +217,22 @@ __device__ __forceinline__ void wait_pending(int n) {
 // Warps of exl3_gemv_exact: each owns two adjacent tile columns (32 outputs), a lane per output.
 #define EXACT_WARPS 4
 
-// Grid (out_p/128, splits, jobs), 128 threads, per K: x rotated in f32, each lane sums one output over its split in input order, the last split rotates out.
-extern "C" __global__ void __launch_bounds__(128) exl3_gemv_exact(
-    const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids, int experts, int topk,
-    float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int r0, int n_rows, int in_p, int out_p,
-    int split_tiles) {
-    constexpr int K = EXL3_K, WORDS = 8 * K, CHUNKS = 2 * WORDS / 4;
-    extern __shared__ __align__(16) unsigned char smem[];
+// One block of exl3_gemv_exact at the job's K (the wrapper below found its table row wt).
+template <int K>
+__device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, const float* __restrict__ x, const int* __restrict__ ids, int topk,
+                                             float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int r0,
+                                             int n_rows, int in_p, int out_p, int split_tiles) {
+    constexpr int WORDS = 8 * K, CHUNKS = 2 * WORDS / 4;
+    extern __shared__ __align__(16) unsigned char exact_smem[];
     __shared__ int last;
     const int cg = blockIdx.x, groups = gridDim.x, s = blockIdx.y, splits = gridDim.y, z = blockIdx.z;
     const int t = threadIdx.x, lane = t & 31, w = t >> 5, tn = out_p / 16;
-    const Exl3Dev* wt = job_row(table, ids, experts, z);
     float* yz = y + ((size_t)z * rows + r0) * out_p + cg * HAD;
-    if (!wt) {
-        for (int j = t; s == 0 && j < n_rows * HAD; j += blockDim.x) yz[(size_t)(j / HAD) * out_p + j % HAD] = __int_as_float(0x7fc00000);
-        return;
-    }
-    if (wt->k != K) return;
     const int t0 = s * split_tiles, tiles = min(split_tiles, in_p / 16 - t0), n = tiles * 16;
     const int per = (tiles + 3) / 4, stages = (tiles + per - 1) / per;
-    u32* recs = reinterpret_cast<u32*>(smem) + w * 2 * split_tiles * WORDS;
-    u32* qw = reinterpret_cast<u32*>(smem) + EXACT_WARPS * 2 * split_tiles * WORDS + w * 512;
-    float* x_s = reinterpret_cast<float*>(reinterpret_cast<u32*>(smem) + EXACT_WARPS * (2 * split_tiles * WORDS + 512));
+    u32* recs = reinterpret_cast<u32*>(exact_smem) + w * 2 * split_tiles * WORDS;
+    u32* qw = reinterpret_cast<u32*>(exact_smem) + EXACT_WARPS * 2 * split_tiles * WORDS + w * 512;
+    float* x_s = reinterpret_cast<float*>(reinterpret_cast<u32*>(exact_smem) + EXACT_WARPS * (2 * split_tiles * WORDS + 512));
     // Warp w streams its two tile columns' records (adjacent in memory) in up to four stages, so decoding starts after the first.
     const u16* col = wt->trellis + ((size_t)t0 * tn + cg * 8 + 2 * w) * 16 * K;
     for (int g = 0; g < stages; ++g) {
@@ -259,7 +253,7 @@ extern "C" __global__ void __launch_bounds__(128) exl3_gemv_exact(
         fwht128_warp(v, lane);
         for (int q = 0; q < 4; ++q) x_s[r * n + hb * HAD + lane + 32 * q] = v[q];
     }
-    const Lane ln = lane_window(lane);
+    const Lane ln = lane_window<K>(lane);
     const int g = lane / 4, tq = lane % 4;
     // Lane (g, t)'s pairs are rows (2t, 2t+1) and (2t+8, 2t+9) of columns g and g+8: stored column-major, one u32 per pair.
     auto put = [&](const u32 (&b)[2][4], int buf) {
@@ -277,8 +271,8 @@ extern "C" __global__ void __launch_bounds__(128) exl3_gemv_exact(
             wait_pending(stages - 1 - kk / per);
             __syncwarp();
         }
-        lane_frag(recs + kk * 2 * WORDS, ln, b[0]);
-        lane_frag(recs + (kk * 2 + 1) * WORDS, ln, b[1]);
+        lane_frag<K>(recs + kk * 2 * WORDS, ln, b[0]);
+        lane_frag<K>(recs + (kk * 2 + 1) * WORDS, ln, b[1]);
     };
     u32 nb[2][4];
     decode(0, nb);
@@ -346,6 +340,24 @@ extern "C" __global__ void __launch_bounds__(128) exl3_gemv_exact(
         }
     }
     if (t == 0) *dz = 0;
+}
+
+// Grid (out_p/128, splits, jobs), 128 threads, every K in one launch: x rotated in f32, each lane sums one output over its split in input order, the last split rotates out.
+extern "C" __global__ void __launch_bounds__(128) exl3_gemv_exact(
+    const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids, int experts, int topk,
+    float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int r0, int n_rows, int in_p, int out_p,
+    int split_tiles) {
+    const Exl3Dev* wt = job_row(table, ids, experts, blockIdx.z);
+    if (!wt) {
+        float* yz = y + ((size_t)blockIdx.z * rows + r0) * out_p + blockIdx.x * HAD;
+        for (int j = threadIdx.x; blockIdx.y == 0 && j < n_rows * HAD; j += blockDim.x)
+            yz[(size_t)(j / HAD) * out_p + j % HAD] = __int_as_float(0x7fc00000);
+        return;
+    }
+#define EXACT_K(KK) \
+    case KK: gemv_exact_k<KK>(wt, x, ids, topk, y, part, done, rows, r0, n_rows, in_p, out_p, split_tiles); break;
+    switch (wt->k) { EXACT_K(1) EXACT_K(2) EXACT_K(3) EXACT_K(4) EXACT_K(5) EXACT_K(6) EXACT_K(7) EXACT_K(8) default: break; }
+#undef EXACT_K
 }
 
 // Grid (rows), 256 threads: bf16 rows of k values to f32 rows of k_p (zeros past k), the padded input EXL3 linears take.

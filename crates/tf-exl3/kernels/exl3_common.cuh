@@ -167,15 +167,16 @@ struct Lane {
     int i0, i1, i2, sh;
 };
 
+template <int K = EXL3_K>
 __device__ __forceinline__ Lane lane_window(int lane) {
-    constexpr int K = EXL3_K, WORDS = 8 * K;
+    constexpr int WORDS = 8 * K;
     const int start = (8 * lane * K + K - 16 + TILE * K) % (TILE * K), i0 = start / 32;
     return Lane{i0, (i0 + 1) % WORDS, (i0 + 2) % WORDS, start % 32};
 }
 
 // The lane's four B-fragment registers of one tile record: positions (8l, 8l+1), (+2, +3), (+4, +5), (+6, +7).
+template <int K = EXL3_K>
 __device__ __forceinline__ void lane_frag(const u32* rec, const Lane& ln, u32* b) {
-    constexpr int K = EXL3_K;
     const u32 a0 = rec[ln.i0], a1 = rec[ln.i1], a2 = rec[ln.i2], sh = ln.sh;
     const u32 h = sh ? __funnelshift_l(a1, a0, sh) : a0, m = sh ? __funnelshift_l(a2, a1, sh) : a1, l = a2 << sh;
     b[0] = decode_pair(bits16<0>(h, m, l), bits16<K>(h, m, l));

@@ -178,7 +178,7 @@ impl<'g> GpuExl3<'g> {
     }
 }
 
-/// The exact path for `jobs`, each `rows` rows, one launch per K and 8 rows: Hadamard in, split sums in order ([`SPLIT`] inputs each), the splits added and Hadamard out.
+/// The exact path for `jobs`, each `rows` rows, one launch per 8 rows whatever the jobs' K: Hadamard in, split sums in order ([`SPLIT`] inputs each), the splits added and Hadamard out.
 pub(crate) fn launch_exact(
     gpu: &Gpu,
     (in_p, out_p, rows): (usize, usize, usize),
@@ -208,19 +208,19 @@ pub(crate) fn launch_exact(
         count.ok_or_else(|| Error::Launch { op: OP, what: format!("{} jobs exceed one launch's grid", jobs.count) })?;
     let ids = jobs.ids.unwrap_or(0);
     let mut part = gpu.pool().take(n * splits * out_p * 4)?;
-    for &k in ks {
-        let f = fast_fn(gpu, OP, k, codebook)?;
-        for r0 in (0..rows).step_by(EXL3_MAX_ROWS) {
-            let m = EXL3_MAX_ROWS.min(rows - r0);
-            let (r0_i, m_i) = (r0 as i32, m as i32);
-            let mut launch = gpu.stream().launch_builder(&f);
-            launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(&mut *y).arg(part.dev_mut());
-            launch.arg(jobs.done.dev()).arg(&rows_i).arg(&r0_i).arg(&m_i).arg(&in_i).arg(&out_i).arg(&st);
-            let mut cfg = grid((out_p / HAD, splits), 128, exact_smem_bytes(k, m));
-            cfg.grid_dim.2 = count;
-            // SAFETY: arguments match exl3_gemv_exact's signature; callers checked x, y is checked above, part holds every job's splits.
-            unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {m} rows × {in_p}×{out_p}"))?;
-        }
+    // One launch for every K present (each block switches on its job's K), with the shared memory of the largest; prepare() allowed it.
+    let Some(&k) = ks.iter().max() else { return Ok(()) };
+    let f = fast_fn(gpu, OP, k, codebook)?;
+    for r0 in (0..rows).step_by(EXL3_MAX_ROWS) {
+        let m = EXL3_MAX_ROWS.min(rows - r0);
+        let (r0_i, m_i) = (r0 as i32, m as i32);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(&mut *y).arg(part.dev_mut());
+        launch.arg(jobs.done.dev()).arg(&rows_i).arg(&r0_i).arg(&m_i).arg(&in_i).arg(&out_i).arg(&st);
+        let mut cfg = grid((out_p / HAD, splits), 128, exact_smem_bytes(k, m));
+        cfg.grid_dim.2 = count;
+        // SAFETY: arguments match exl3_gemv_exact's signature; callers checked x, y is checked above, part holds every job's splits.
+        unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {m} rows × {in_p}×{out_p}"))?;
     }
     Ok(())
 }

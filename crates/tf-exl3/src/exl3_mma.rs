@@ -149,7 +149,7 @@ pub(crate) fn launch_mma(
     Ok(())
 }
 
-/// Routed experts of one shape and codebook (K may differ per expert): one launch per K present, each job one row.
+/// Routed experts of one shape and codebook (K may differ per expert): one exact launch for all, a fast launch per K present, each job one row.
 pub struct Exl3Experts<'g, 'b> {
     pub(crate) table: PoolBuf<'g>,
     done: PoolBuf<'g>,

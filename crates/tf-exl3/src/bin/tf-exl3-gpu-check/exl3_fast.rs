@@ -178,14 +178,22 @@ fn routed(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Er
 
 /// A decode step's routed experts in one launch each: w1+w3 of six experts (12 jobs), then w2 of six, at K = 3, cold, both kernels; 14 and 7 jobs carry the shared expert too.
 fn routed_timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) -> Result<(), Error> {
-    for (in_p, out_p, jobs, topk) in
-        [(5120, 2304, 12, 12), (5120, 2304, 14, 14), (2304, 5120, 6, 0), (2304, 5120, 7, 0)]
-    {
+    // Mixed: experts of K 2, 3, 4 in turn (the published checkpoint's K varies per expert), the same bytes on average.
+    let cases = [
+        (5120, 2304, 12, 12, false),
+        (5120, 2304, 14, 14, false),
+        (2304, 5120, 6, 0, false),
+        (2304, 5120, 7, 0, false),
+    ];
+    let mixed = [(5120, 2304, 14, 14, true), (2304, 5120, 7, 0, true)];
+    for (in_p, out_p, jobs, topk, mix) in cases.into_iter().chain(mixed) {
         let k = 3;
-        let w = random_weight(rng, (in_p, out_p, k), Codebook::Mul1, 1.0);
+        let ws: Vec<_> = (2..=4)
+            .map(|kk| random_weight(rng, (in_p, out_p, if mix { kk } else { k }), Codebook::Mul1, 1.0))
+            .collect();
         let wbytes = in_p * out_p * k / 8 + (in_p + out_p) * 2;
         let count = copies_for(wbytes).max(2 * jobs);
-        let gs = (0..count).map(|_| GpuExl3::upload(gpu, &w)).collect::<Result<Vec<_>, _>>()?;
+        let gs = (0..count).map(|i| GpuExl3::upload(gpu, &ws[i % 3])).collect::<Result<Vec<_>, _>>()?;
         let table = Exl3Experts::new(gpu, &gs.iter().collect::<Vec<_>>(), jobs)?;
         let launches = count / jobs;
         let ids = (0..launches)
@@ -199,7 +207,8 @@ fn routed_timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps
             let us = cold_median_ms(gpu, launches, SAMPLES, |g, i| {
                 table.routed(g, &ids[i], &x, topk, (&mut y, &mut part), (jobs, kernels))
             })? * 1e3;
-            let case = format!("exl3 routed {kernels:?} {jobs} jobs {in_p}→{out_p} K={k} (cold, {launches} launches)");
+            let kk = if mix { "2-4 mixed".to_string() } else { k.to_string() };
+            let case = format!("exl3 routed {kernels:?} {jobs} jobs {in_p}→{out_p} K={kk} (cold, {launches} launches)");
             time_row(report, &case, us, jobs * (wbytes + (in_p + out_p) * 4), copy_gbps);
         }
     }
