@@ -212,3 +212,18 @@ fn engram_rows_read_from_disk_ahead_equal_the_mapped_tables() {
     assert!(mapped.iter().all(|e| matches!(e.last(), Some(Event::Done { .. }))), "{mapped:?}");
     assert_eq!(run(Some(tf_engram::IoMode::Mmap)), mapped);
 }
+
+#[test]
+fn a_request_is_no_longer_counted_running_once_its_last_event_arrives() {
+    let fam = Scripted::default();
+    let held = fam.gate.lock().unwrap();
+    let h = LaneHost::spawn(fam.clone(), Limits { max_lanes: 2, ..Limits::default() });
+    // A ends in the decode round where B's lane, after A's, decodes the slow token 11.
+    let a = h.submit(greedy(vec![1, 2, 3], 3)).unwrap();
+    let b = h.submit(greedy(vec![8, 9, 10], 2)).unwrap();
+    drop(held);
+    // Read up to Done only, as a server does, not until the host lets go of the channel.
+    assert!(a.into_iter().any(|e| matches!(e, Event::Done { .. })));
+    assert_eq!(h.load(), (0, 0), "A's Done came before the gauge let go of A and B: {:?}", fam.log.lock().unwrap());
+    assert!(collect(b).last().is_some_and(|e| matches!(e, Event::Done { .. })));
+}

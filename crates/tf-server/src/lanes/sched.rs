@@ -57,7 +57,8 @@ pub(super) struct Scheduler<F: Family> {
 /// What a lane does after a step.
 enum After {
     Continue,
-    Remove(Outcome),
+    /// The lane goes, and its last event (if any) is sent once the running gauge no longer counts it.
+    Remove(Outcome, Option<Event>),
 }
 
 impl<F: Family> Scheduler<F> {
@@ -213,20 +214,25 @@ impl<F: Family> Scheduler<F> {
         let mut remove = Vec::new();
         for i in lanes {
             let after = if let Some(outcome) = self.active[i].job.cancelled() {
-                After::Remove(outcome)
+                After::Remove(outcome, None)
             } else {
                 catch_unwind(AssertUnwindSafe(|| self.step_lane(i))).unwrap_or_else(|_| {
-                    let _ = self.active[i].job.events.send(Event::Error("internal error in the model step".into()));
-                    After::Remove(Outcome::Error)
+                    After::Remove(Outcome::Error, Some(Event::Error("internal error in the model step".into())))
                 })
             };
-            if let After::Remove(outcome) = after {
+            if let After::Remove(outcome, last) = after {
                 self.metrics.finished(outcome, self.active[i].job.submitted.elapsed().as_secs_f64());
-                remove.push(i);
+                remove.push((i, last));
             }
         }
-        for i in remove.into_iter().rev() {
-            self.active.remove(i);
+        let mut ended = Vec::new();
+        for (i, last) in remove.into_iter().rev() {
+            let a = self.active.remove(i);
+            ended.extend(last.map(|e| (a.job.events, e)));
+        }
+        self.metrics.running.store(self.active.len(), Ordering::SeqCst);
+        for (events, e) in ended {
+            let _ = events.send(e);
         }
     }
 
@@ -255,7 +261,7 @@ impl<F: Family> Scheduler<F> {
             match r {
                 Ok(Some(l)) => l,
                 Ok(None) => return After::Continue,
-                Err(e) => return fail(a, e),
+                Err(e) => return fail(e),
             }
         } else {
             let next = a.next.expect("a lane past its prompt has a next token");
@@ -265,7 +271,7 @@ impl<F: Family> Scheduler<F> {
             };
             match r {
                 Ok(mut rows) => rows.remove(0),
-                Err(e) => return fail(a, e),
+                Err(e) => return fail(e),
             }
         };
         let after = emit(a, &logits, family.eos_token(), family.max_context(), &self.metrics);
@@ -294,9 +300,8 @@ fn chunk_lens(mut fed: usize, len: usize, chunk: usize, snapshot_at: Option<usiz
     lens
 }
 
-fn fail<L, P>(a: &mut Active<L, P>, e: String) -> After {
-    let _ = a.job.events.send(Event::Error(e));
-    After::Remove(Outcome::Error)
+fn fail(e: String) -> After {
+    After::Remove(Outcome::Error, Some(Event::Error(e)))
 }
 
 /// Picks (or, forced, takes) and sends one token; a forced run ending in a stop token finishes as `Stop`, like its original.
@@ -311,8 +316,7 @@ fn emit<L, P>(a: &mut Active<L, P>, logits: &[f32], eos: u32, max_context: usize
         cached_tokens: a.cached,
     };
     if !forced && (id == eos || req.stop_tokens.contains(&id)) {
-        let _ = a.job.events.send(done(Finish::Stop, a.generated));
-        return After::Remove(Outcome::Stop);
+        return After::Remove(Outcome::Stop, Some(done(Finish::Stop, a.generated)));
     }
     let (logprob, top) = match req.logprobs {
         Some(n) => {
@@ -327,15 +331,14 @@ fn emit<L, P>(a: &mut Active<L, P>, logits: &[f32], eos: u32, max_context: usize
     a.last_token = now;
     a.generated += 1;
     if a.job.events.send(Event::Token(TokenEvent { id, logprob, top })).is_err() {
-        return After::Remove(a.job.cancelled().unwrap_or(Outcome::Abort));
+        return After::Remove(a.job.cancelled().unwrap_or(Outcome::Abort), None);
     }
     let limit =
         if forced { req.forced.len() } else { req.max_tokens.min(max_context.saturating_sub(req.prompt.len())) };
     if a.generated >= limit {
         let stopped = forced && (id == eos || req.stop_tokens.contains(&id));
         let (finish, outcome) = if stopped { (Finish::Stop, Outcome::Stop) } else { (Finish::Length, Outcome::Length) };
-        let _ = a.job.events.send(done(finish, a.generated));
-        return After::Remove(outcome);
+        return After::Remove(outcome, Some(done(finish, a.generated)));
     }
     a.next = Some(id);
     After::Continue

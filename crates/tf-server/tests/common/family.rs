@@ -1,4 +1,4 @@
-//! A scripted family for lane-host tests: logits favour `(last + 1) % 16`, decoding 13 fails, decoding 14 panics.
+//! A scripted family for lane-host tests: logits favour `(last + 1) % 16`, decoding 11 is slow, 13 fails, 14 panics.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use tf_server::lanes::Family;
@@ -41,6 +41,7 @@ impl Family for Scripted {
         let _held = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
         self.log.lock().unwrap().push(('d', lane[0]));
         match tokens[0] {
+            11 => std::thread::sleep(std::time::Duration::from_millis(100)),
             13 => return Err("token 13 is refused".into()),
             14 => panic!("token 14 breaks the model"),
             _ => {}
