@@ -4,6 +4,19 @@
 #define RECON_LD (HAD + 1)
 
 namespace {
+// The unnormalized Hadamard levels 1..N/2 on N values in registers: fwht_blocks' pairs, in its order.
+template <int N>
+__device__ __forceinline__ void butterflies(float (&v)[N]) {
+#pragma unroll
+    for (int h = 1; h < N; h *= 2)
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+            if (!(e & h)) {
+                const float a = v[e], b = v[e + h];
+                v[e] = __fadd_rn(a, b), v[e + h] = __fsub_rn(a, b);
+            }
+}
+
 // fwht_blocks on blk's 128 lines (line l, element e at l·LINE + e·STEP): levels 1-4 on 8 adjacent, 8-64 on 16 strided, × 1/√128, the CPU's bits.
 template <int STEP, int LINE>
 __device__ __forceinline__ void recon_pass(float* blk) {
@@ -12,14 +25,7 @@ __device__ __forceinline__ void recon_pass(float* blk) {
         float v[8];
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[e] = v0[e * STEP];
-#pragma unroll
-        for (int h = 1; h < 8; h *= 2)
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-                if (!(e & h)) {
-                    const float a = v[e], b = v[e + h];
-                    v[e] = __fadd_rn(a, b), v[e + h] = __fsub_rn(a, b);
-                }
+        butterflies(v);
 #pragma unroll
         for (int e = 0; e < 8; ++e) v0[e * STEP] = v[e];
     }
@@ -30,14 +36,7 @@ __device__ __forceinline__ void recon_pass(float* blk) {
         float v[16];
 #pragma unroll
         for (int e = 0; e < 16; ++e) v[e] = v0[e * 8 * STEP];
-#pragma unroll
-        for (int h = 1; h < 16; h *= 2)
-#pragma unroll
-            for (int e = 0; e < 16; ++e)
-                if (!(e & h)) {
-                    const float a = v[e], b = v[e + h];
-                    v[e] = __fadd_rn(a, b), v[e + h] = __fsub_rn(a, b);
-                }
+        butterflies(v);
 #pragma unroll
         for (int e = 0; e < 16; ++e) v0[e * 8 * STEP] = __fmul_rn(v[e], norm);
     }
