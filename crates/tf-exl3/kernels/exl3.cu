@@ -217,6 +217,77 @@ __device__ __forceinline__ void wait_pending(int n) {
 // Warps of exl3_gemv_exact: each owns two adjacent tile columns (32 outputs), a lane per output.
 #define EXACT_WARPS 4
 
+namespace {
+// The 16 bits at compile-time bit offset O of the words v (MSB first).
+template <int O, int N>
+__device__ __forceinline__ u32 state_at(const u32 (&v)[N]) {
+    constexpr int a = O / 32, o = O % 32;
+    static_assert(a + (o > 16 ? 1 : 0) < N, "window");
+    if constexpr (o == 16) return v[a] & 0xFFFFu;
+    else if constexpr (o < 16) return (v[a] >> (16 - o)) & 0xFFFFu;
+    else return __funnelshift_l(v[a + 1], v[a], o) >> 16;
+}
+
+// Rows 2U, 2U+1, 2U+8, 2U+9 of a lane's column: its positions 8U..8U+3, whose windows start 16 + (q+1)K bits into v.
+template <int K, int U>
+__device__ __forceinline__ void column_rows(const u32 (&v)[K + 1], float (&qv)[16]) {
+    constexpr int q = 8 * U;
+    const u32 a = decode_pair(state_at<16 + (q + 1) * K>(v), state_at<16 + (q + 2) * K>(v));
+    const u32 b = decode_pair(state_at<16 + (q + 3) * K>(v), state_at<16 + (q + 4) * K>(v));
+    qv[2 * U] = f16((u16)a);
+    qv[2 * U + 1] = f16((u16)(a >> 16));
+    qv[2 * U + 8] = f16((u16)b);
+    qv[2 * U + 9] = f16((u16)(b >> 16));
+}
+}  // namespace
+
+// A warp's in-order sums over its split (records recs, rotated rows x_s of n) for R ≥ n_rows rows, UNROLL tiles per step.
+template <int K, int R, int UNROLL>
+__device__ __forceinline__ void exact_sums(const u32* recs, const float* x_s, int n, int n_rows, int tiles, int per, float (&acc)[8]) {
+    constexpr int WORDS = 8 * K;
+    const int lane = threadIdx.x & 31, stages = (tiles + per - 1) / per;
+    // Lane l sums column c = l % 16 of tile column l / 16: positions 32(c%8) + 4(c/8) + {0..3, 8..11, 16..19, 24..27}, in words (c%8)K - 1.. shifted 4K(c/8).
+    const int c = lane & 15, sh = 4 * K * (c >> 3), wa = (c & 7) * K, wm = (wa + WORDS - 1) % WORDS;
+    const u32* lrec = recs + (lane >> 4) * WORDS;
+    // Rows past n_rows repeat the last row (their sums are dropped), so the adds carry no branches.
+    int xo[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) xo[r] = min(r, n_rows - 1) * n;
+    for (int g = 0; g < stages; ++g) {
+        wait_pending(stages - 1 - g);
+        __syncwarp();
+        const int k1 = min(tiles, (g + 1) * per);
+#pragma unroll UNROLL
+        for (int kk = g * per; kk < k1; ++kk) {
+            const u32* rw = lrec + kk * 2 * WORDS;
+            u32 wv[K + 1], v[K + 1];
+            wv[0] = rw[wm];
+#pragma unroll
+            for (int i = 0; i < K; ++i) wv[i + 1] = rw[wa + i];
+#pragma unroll
+            for (int i = 0; i < K; ++i) v[i] = __funnelshift_lc(wv[i + 1], wv[i], sh);
+            v[K] = __funnelshift_lc(0u, wv[K], sh);
+            float qv[16];
+            column_rows<K, 0>(v, qv);
+            column_rows<K, 1>(v, qv);
+            column_rows<K, 2>(v, qv);
+            column_rows<K, 3>(v, qv);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const float4* xr = reinterpret_cast<const float4*>(x_s + xo[r] + kk * 16);
+#pragma unroll
+                for (int i4 = 0; i4 < 4; ++i4) {
+                    const float4 xv = xr[i4];
+                    acc[r] = __fadd_rn(acc[r], __fmul_rn(xv.x, qv[4 * i4]));
+                    acc[r] = __fadd_rn(acc[r], __fmul_rn(xv.y, qv[4 * i4 + 1]));
+                    acc[r] = __fadd_rn(acc[r], __fmul_rn(xv.z, qv[4 * i4 + 2]));
+                    acc[r] = __fadd_rn(acc[r], __fmul_rn(xv.w, qv[4 * i4 + 3]));
+                }
+            }
+        }
+    }
+}
+
 // One block of exl3_gemv_exact at the job's K (the wrapper below found its table row wt).
 template <int K>
 __device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, const float* __restrict__ x, const int* __restrict__ ids, int topk,
@@ -231,8 +302,7 @@ __device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, con
     const int t0 = s * split_tiles, tiles = min(split_tiles, in_p / 16 - t0), n = tiles * 16;
     const int per = (tiles + 3) / 4, stages = (tiles + per - 1) / per;
     u32* recs = reinterpret_cast<u32*>(exact_smem) + w * 2 * split_tiles * WORDS;
-    u32* qw = reinterpret_cast<u32*>(exact_smem) + EXACT_WARPS * 2 * split_tiles * WORDS + w * 512;
-    float* x_s = reinterpret_cast<float*>(reinterpret_cast<u32*>(exact_smem) + EXACT_WARPS * (2 * split_tiles * WORDS + 512));
+    float* x_s = reinterpret_cast<float*>(reinterpret_cast<u32*>(exact_smem) + EXACT_WARPS * 2 * split_tiles * WORDS);
     // Warp w streams its two tile columns' records (adjacent in memory) in up to four stages, so decoding starts after the first.
     const u16* col = wt->trellis + ((size_t)t0 * tn + cg * 8 + 2 * w) * 16 * K;
     for (int g = 0; g < stages; ++g) {
@@ -253,55 +323,13 @@ __device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, con
         fwht128_warp(v, lane);
         for (int q = 0; q < 4; ++q) x_s[r * n + hb * HAD + lane + 32 * q] = v[q];
     }
-    const Lane ln = lane_window<K>(lane);
-    const int g = lane / 4, tq = lane % 4;
-    // Lane (g, t)'s pairs are rows (2t, 2t+1) and (2t+8, 2t+9) of columns g and g+8: stored column-major, one u32 per pair.
-    auto put = [&](const u32 (&b)[2][4], int buf) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            u32* q = qw + buf * 256 + j * 128;
-            q[g * 8 + tq] = b[j][0];
-            q[g * 8 + 4 + tq] = b[j][1];
-            q[(g + 8) * 8 + tq] = b[j][2];
-            q[(g + 8) * 8 + 4 + tq] = b[j][3];
-        }
-    };
-    auto decode = [&](int kk, u32 (&b)[2][4]) {
-        if (kk % per == 0) {
-            wait_pending(stages - 1 - kk / per);
-            __syncwarp();
-        }
-        lane_frag<K>(recs + kk * 2 * WORDS, ln, b[0]);
-        lane_frag<K>(recs + (kk * 2 + 1) * WORDS, ln, b[1]);
-    };
-    u32 nb[2][4];
-    decode(0, nb);
-    put(nb, 0);
     __syncthreads();
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int kk = 0; kk < tiles; ++kk) {
-        // The next tiles decode while this one's sums run: one basic block, so their instructions interleave.
-        if (kk + 1 < tiles) decode(kk + 1, nb);
-        const uint4* qp = reinterpret_cast<const uint4*>(qw + (kk & 1) * 256 + (lane / 16) * 128 + (lane % 16) * 8);
-        const uint4 lo = qp[0], hi = qp[1];
-        const u32 words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        float qv[16];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            qv[2 * i] = f16((u16)(words[i] & 0xFFFFu));
-            qv[2 * i + 1] = f16((u16)(words[i] >> 16));
-        }
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {
-            if (r < n_rows) {
-                const float* xr = x_s + r * n + kk * 16;
-#pragma unroll
-                for (int i = 0; i < 16; ++i) acc[r] = __fadd_rn(acc[r], __fmul_rn(xr[i], qv[i]));
-            }
-        }
-        if (kk + 1 < tiles) put(nb, (kk + 1) & 1);
-        __syncwarp();
-    }
+    // Rows rounded up to 1, 2, 4 or 8 with no row branches, so a tile's decode overlaps the previous tile's adds.
+    if (n_rows == 1) exact_sums<K, 1, 4>(recs, x_s, n, 1, tiles, per, acc);
+    else if (n_rows == 2) exact_sums<K, 2, 2>(recs, x_s, n, 2, tiles, per, acc);
+    else if (n_rows <= 4) exact_sums<K, 4, 2>(recs, x_s, n, n_rows, tiles, per, acc);
+    else exact_sums<K, 8, 2>(recs, x_s, n, n_rows, tiles, per, acc);
     float* pz = part + ((size_t)z * splits * rows + r0) * out_p + cg * HAD + w * 32 + lane;
 #pragma unroll
     for (int r = 0; r < 8; ++r)

@@ -136,8 +136,9 @@ namespace {
 // Two states' fp16 weights as one half2 (low half = a): the same values as decode_state, hfma2/hadd2 rounding once.
 __device__ __forceinline__ u32 decode_pair(u32 a, u32 b) {
 #if EXL3_CB == 2
-    const u32 sa = __dp4a(a * MUL1_MULT, 0x01010101u, 0u), sb = __dp4a(b * MUL1_MULT, 0x01010101u, 0u);
-    const u32 ints = __byte_perm(sa, sb, 0x5410) | 0x64006400u;
+    // fp16 bits of 1024 + bytesum: 0x6400 plus a sum of at most 1020 fills only the mantissa.
+    const u32 sa = __dp4a(a * MUL1_MULT, 0x01010101u, 0x6400u), sb = __dp4a(b * MUL1_MULT, 0x01010101u, 0x6400u);
+    const u32 ints = __byte_perm(sa, sb, 0x5410);
     const __half2 kinv = __halves2half2(__ushort_as_half(MUL1_K_INV), __ushort_as_half(MUL1_K_INV));
     const __half2 kbias = __halves2half2(__ushort_as_half(MUL1_K_BIAS), __ushort_as_half(MUL1_K_BIAS));
     const __half2 h = __hfma2(*reinterpret_cast<const __half2*>(&ints), kinv, kbias);

@@ -69,9 +69,9 @@ pub(crate) fn fast_fn(gpu: &Gpu, entry: &str, k: usize, codebook: i32) -> Result
     gpu.function(&EXL3.spec(&[("EXL3_K", &k), ("EXL3_CB", &cb)]), entry)
 }
 
-/// Dynamic shared memory of `exl3_gemv_exact` for `rows` rows: one split's records, two buffers of two decoded tiles per warp (4), x.
+/// Dynamic shared memory of `exl3_gemv_exact` for `rows` rows: one split's records for its four warps, then the rotated x rows.
 pub(crate) fn exact_smem_bytes(k: usize, rows: usize) -> usize {
-    SPLIT / 16 * 8 * 8 * k * 4 + 2 * 8 * 128 * 4 + rows * SPLIT * 4
+    SPLIT / 16 * 8 * 8 * k * 4 + rows * SPLIT * 4
 }
 
 /// Compiles both kernels for (K, codebook) and allows them the shared memory of their most rows on this shape, outside graph capture.

@@ -44,7 +44,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
         let got: Vec<u16> = gpu.download(&q)?;
         let differ = got.iter().zip(w.decode_q()).filter(|(a, b)| **a != *b).count();
         report.row("exl3 decode_q", &case, format!("{differ} of {} fp16 values differ", got.len()), differ == 0);
-        for rows in if in_p * out_p > 1 << 20 { vec![1, 8] } else { vec![1, 3, 11] } {
+        for rows in if in_p * out_p > 1 << 20 { vec![1, 8] } else { vec![1, 2, 3, 11] } {
             let x = acts(rng, rows * in_p);
             let want = w.forward(&x, rows);
             let y: Vec<f32> = gpu.download(&g.forward_exact(gpu, &gpu.upload(&x)?, rows)?)?;
