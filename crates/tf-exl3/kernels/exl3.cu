@@ -370,20 +370,23 @@ __device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, con
     if (t == 0) *dz = 0;
 }
 
-// Grid (out_p/128, splits, jobs), 128 threads, every K in one launch: x rotated in f32, each lane sums one output over its split in input order, the last split rotates out.
+// Grid (out_p/128, splits, jobs), 128 threads, every K ≤ EXL3_K in one launch (the host compiles for the largest present): x rotated in f32, each lane sums one output over its split in input order, the last split rotates out.
 extern "C" __global__ void __launch_bounds__(128) exl3_gemv_exact(
     const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids, int experts, int topk,
     float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int r0, int n_rows, int in_p, int out_p,
     int split_tiles) {
     const Exl3Dev* wt = job_row(table, ids, experts, blockIdx.z);
-    if (!wt) {
+    // A bad id, or a K this build leaves out (only K ≤ EXL3_K are compiled, which keeps NVRTC's time down), gets a NaN row.
+    if (!wt || wt->k < 1 || wt->k > EXL3_K) {
         float* yz = y + ((size_t)blockIdx.z * rows + r0) * out_p + blockIdx.x * HAD;
         for (int j = threadIdx.x; blockIdx.y == 0 && j < n_rows * HAD; j += blockDim.x)
             yz[(size_t)(j / HAD) * out_p + j % HAD] = __int_as_float(0x7fc00000);
         return;
     }
-#define EXACT_K(KK) \
-    case KK: gemv_exact_k<KK>(wt, x, ids, topk, y, part, done, rows, r0, n_rows, in_p, out_p, split_tiles); break;
+#define EXACT_K(KK)                                                                                                         \
+    case KK:                                                                                                                \
+        if constexpr (KK <= EXL3_K) gemv_exact_k<KK>(wt, x, ids, topk, y, part, done, rows, r0, n_rows, in_p, out_p, split_tiles); \
+        break;
     switch (wt->k) { EXACT_K(1) EXACT_K(2) EXACT_K(3) EXACT_K(4) EXACT_K(5) EXACT_K(6) EXACT_K(7) EXACT_K(8) default: break; }
 #undef EXACT_K
 }
