@@ -218,7 +218,7 @@ __device__ __forceinline__ void wait_pending(int n) {
 #define EXACT_WARPS 4
 
 namespace {
-// The 16 bits at compile-time bit offset O of the words v (MSB first).
+// bits16 over any number of words (MSB first); lane_frag keeps bits16 until a GPU run can check its kernels on this one.
 template <int O, int N>
 __device__ __forceinline__ u32 state_at(const u32 (&v)[N]) {
     constexpr int a = O / 32, o = O % 32;
@@ -243,9 +243,10 @@ __device__ __forceinline__ void column_rows(const u32 (&v)[K + 1], float (&qv)[1
 
 // A warp's in-order sums over its split (records recs, rotated rows x_s of n) for R ≥ n_rows rows, UNROLL tiles per step.
 template <int K, int R, int UNROLL>
-__device__ __forceinline__ void exact_sums(const u32* recs, const float* x_s, int n, int n_rows, int tiles, int per, float (&acc)[8]) {
+__device__ __forceinline__ void exact_sums(const u32* recs, const float* x_s, int n, int n_rows, int tiles, int per, int stages,
+                                           float (&acc)[8]) {
     constexpr int WORDS = 8 * K;
-    const int lane = threadIdx.x & 31, stages = (tiles + per - 1) / per;
+    const int lane = threadIdx.x & 31;
     // Lane l sums column c = l % 16 of tile column l / 16: positions 32(c%8) + 4(c/8) + {0..3, 8..11, 16..19, 24..27}, in words (c%8)K - 1.. shifted 4K(c/8).
     const int c = lane & 15, sh = 4 * K * (c >> 3), wa = (c & 7) * K, wm = (wa + WORDS - 1) % WORDS;
     const u32* lrec = recs + (lane >> 4) * WORDS;
@@ -326,10 +327,10 @@ __device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, con
     __syncthreads();
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     // Rows rounded up to 1, 2, 4 or 8 with no row branches, so a tile's decode overlaps the previous tile's adds.
-    if (n_rows == 1) exact_sums<K, 1, 4>(recs, x_s, n, 1, tiles, per, acc);
-    else if (n_rows == 2) exact_sums<K, 2, 2>(recs, x_s, n, 2, tiles, per, acc);
-    else if (n_rows <= 4) exact_sums<K, 4, 2>(recs, x_s, n, n_rows, tiles, per, acc);
-    else exact_sums<K, 8, 2>(recs, x_s, n, n_rows, tiles, per, acc);
+    if (n_rows == 1) exact_sums<K, 1, 4>(recs, x_s, n, 1, tiles, per, stages, acc);
+    else if (n_rows == 2) exact_sums<K, 2, 2>(recs, x_s, n, 2, tiles, per, stages, acc);
+    else if (n_rows <= 4) exact_sums<K, 4, 2>(recs, x_s, n, n_rows, tiles, per, stages, acc);
+    else exact_sums<K, 8, 2>(recs, x_s, n, n_rows, tiles, per, stages, acc);
     float* pz = part + ((size_t)z * splits * rows + r0) * out_p + cg * HAD + w * 32 + lane;
 #pragma unroll
     for (int r = 0; r < 8; ++r)
