@@ -78,6 +78,12 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
     routed_timing(gpu, rng, report, copy_gbps)
 }
 
+/// The timings of `check` without its checks: several builds can then be timed in one device call.
+pub fn time_only(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) -> Result<(), Error> {
+    timing(gpu, rng, report, copy_gbps)?;
+    routed_timing(gpu, rng, report, copy_gbps)
+}
+
 /// The bench: K = 2, 3, 4 on both expert shapes, one row, cold (rotating copies from one graph), against this run's copy.
 fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) -> Result<(), Error> {
     for (in_p, out_p) in [(5120, 2304), (2304, 5120)] {
@@ -120,13 +126,23 @@ fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) 
     Ok(())
 }
 
-/// One exact launch per shape and nothing else, for a profiler (`ncu -k exl3_gemv_exact` with TF_SECTIONS=profile).
+/// One exact launch per shape, then one routed launch of 12 jobs, for a profiler (`ncu -k exl3_gemv_exact` with TF_SECTIONS=profile).
 pub fn profile(gpu: &Gpu, rng: &mut SplitMix64) -> Result<(), Error> {
     for (in_p, out_p) in [(512, 128), (5120, 2304)] {
         let g = GpuExl3::upload(gpu, &random_weight(rng, (in_p, out_p, 3), Codebook::Mul1, 1.0))?;
         let x = gpu.upload(&acts(rng, in_p))?;
         g.forward_exact(gpu, &x, 1)?;
     }
+    // A decode step's w1+w3: 12 routed jobs of one token over 12 experts.
+    let gs = (0..12)
+        .map(|_| GpuExl3::upload(gpu, &random_weight(rng, (5120, 2304, 3), Codebook::Mul1, 1.0)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let table = Exl3Experts::new(gpu, &gs.iter().collect::<Vec<_>>(), 12)?;
+    let ids = gpu.upload(&(0..12).collect::<Vec<i32>>())?;
+    let x = gpu.upload(&acts(rng, 5120))?;
+    let mut y = gpu.pool().take(12 * 2304 * 4)?;
+    let mut part = gpu.pool().take(table.part_bytes(12))?;
+    table.routed(gpu, &ids, &x, 12, (&mut y, &mut part), (12, Exl3Kernels::Exact))?;
     gpu.stream().synchronize().map_err(|e| Error::Launch { op: "profile", what: e.to_string() })
 }
 

@@ -313,10 +313,14 @@ fn check_timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps:
 
 /// Runs one section; its error or panic becomes a failed row naming it, and later sections still run.
 fn section(report: &mut Report, name: &str, f: impl FnOnce(&mut Report) -> Result<(), Error>) {
-    // TF_SECTIONS=a,b runs only the sections whose names start with one of them; "profile" runs only when named.
+    // TF_SECTIONS=a,b runs only the sections whose names start with one of them; "profile" and "time exl3" run only when named.
     let only = std::env::var("TF_SECTIONS").unwrap_or_default();
     let only: Vec<&str> = only.split(',').filter(|s| !s.is_empty()).collect();
-    let picked = if only.is_empty() { name != "profile" } else { only.iter().any(|o| name.starts_with(o)) };
+    let picked = if only.is_empty() {
+        !matches!(name, "profile" | "time exl3")
+    } else {
+        only.iter().any(|o| name.starts_with(o))
+    };
     if !picked {
         return;
     }
@@ -362,6 +366,7 @@ fn main() -> ExitCode {
             section(&mut report, "exl3 fast", |r| exl3_fast::check(&gpu, rng, r, copy));
             section(&mut report, "exl3 gemm", |r| exl3_gemm::check(&gpu, rng, r));
             section(&mut report, "profile", |_| exl3_fast::profile(&gpu, rng));
+            section(&mut report, "time exl3", |r| exl3_fast::time_only(&gpu, rng, r, copy));
         }
     }
     // The JSON first, so the table is the last thing printed.
