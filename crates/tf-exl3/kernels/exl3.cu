@@ -214,12 +214,8 @@ __device__ __forceinline__ void wait_pending(int n) {
 }
 }  // namespace
 
-// Warps of exl3_gemv_exact (the host's EXACT_WARPS: 1, 2 or 4): each owns two adjacent tile columns (32 outputs), a lane per output.
-#ifndef EXACT_WARPS
+// Warps of exl3_gemv_exact: each owns two adjacent tile columns (32 outputs), a lane per output.
 #define EXACT_WARPS 4
-#endif
-// Blocks per 128-column group: fewer warps a block spread a small launch over more multiprocessors.
-#define EXACT_PARTS (4 / EXACT_WARPS)
 
 namespace {
 // bits16 over any number of words (MSB first); lane_frag keeps bits16 until a GPU run can check its kernels on this one.
@@ -296,13 +292,12 @@ __device__ __forceinline__ void exact_sums(const u32* recs, const float* x_s, in
 // One block of exl3_gemv_exact at the job's K (the wrapper below found its table row wt).
 template <int K>
 __device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, const float* __restrict__ x, const int* __restrict__ ids, int topk,
-                                             float* __restrict__ y, float* __restrict__ partial, u32* __restrict__ done, int rows, int r0,
+                                             float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int r0,
                                              int n_rows, int in_p, int out_p, int split_tiles) {
     constexpr int WORDS = 8 * K, CHUNKS = 2 * WORDS / 4;
     extern __shared__ __align__(16) unsigned char exact_smem[];
     __shared__ int last;
-    const int cg = blockIdx.x / EXACT_PARTS, part = blockIdx.x % EXACT_PARTS, groups = gridDim.x / EXACT_PARTS;
-    const int s = blockIdx.y, splits = gridDim.y, z = blockIdx.z;
+    const int cg = blockIdx.x, groups = gridDim.x, s = blockIdx.y, splits = gridDim.y, z = blockIdx.z;
     const int t = threadIdx.x, lane = t & 31, w = t >> 5, tn = out_p / 16;
     float* yz = y + ((size_t)z * rows + r0) * out_p + cg * HAD;
     const int t0 = s * split_tiles, tiles = min(split_tiles, in_p / 16 - t0), n = tiles * 16;
@@ -310,7 +305,7 @@ __device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, con
     u32* recs = reinterpret_cast<u32*>(exact_smem) + w * 2 * split_tiles * WORDS;
     float* x_s = reinterpret_cast<float*>(reinterpret_cast<u32*>(exact_smem) + EXACT_WARPS * 2 * split_tiles * WORDS);
     // Warp w streams its two tile columns' records (adjacent in memory) in up to four stages, so decoding starts after the first.
-    const u16* col = wt->trellis + ((size_t)t0 * tn + cg * 8 + part * 2 * EXACT_WARPS + 2 * w) * 16 * K;
+    const u16* col = wt->trellis + ((size_t)t0 * tn + cg * 8 + 2 * w) * 16 * K;
     for (int g = 0; g < stages; ++g) {
         const int k0 = g * per, kn = min(per, tiles - k0);
         for (int i = lane; i < kn * CHUNKS; i += 32) {
@@ -336,7 +331,7 @@ __device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, con
     else if (n_rows == 2) exact_sums<K, 2, 2>(recs, x_s, n, 2, tiles, per, stages, acc);
     else if (n_rows <= 4) exact_sums<K, 4, 2>(recs, x_s, n, n_rows, tiles, per, stages, acc);
     else exact_sums<K, 8, 2>(recs, x_s, n, n_rows, tiles, per, stages, acc);
-    float* pz = partial + ((size_t)z * splits * rows + r0) * out_p + cg * HAD + part * 32 * EXACT_WARPS + w * 32 + lane;
+    float* pz = part + ((size_t)z * splits * rows + r0) * out_p + cg * HAD + w * 32 + lane;
 #pragma unroll
     for (int r = 0; r < 8; ++r)
         if (r < n_rows) pz[((size_t)s * rows + r) * out_p] = acc[r];
@@ -346,13 +341,13 @@ __device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, con
     if (t == 0) {
         u32 old;
         asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(dz) : "memory");
-        last = old == (u32)(splits * EXACT_PARTS) - 1;
+        last = old == (u32)splits - 1;
     }
     __syncthreads();
     if (!last) return;
     // Warp w finishes rows w, w + 4 as exl3_had_out_j does: the splits added in order from +0 (eight in flight), rotated, scaled (+ bias).
     for (int r = w; r < n_rows; r += EXACT_WARPS) {
-        const float* src = partial + ((size_t)z * splits * rows + r0 + r) * out_p + cg * HAD + lane;
+        const float* src = part + ((size_t)z * splits * rows + r0 + r) * out_p + cg * HAD + lane;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int p0 = 0; p0 < splits; p0 += 8) {
             float u[8][4];
@@ -376,21 +371,16 @@ __device__ __forceinline__ void gemv_exact_k(const Exl3Dev* __restrict__ wt, con
     if (t == 0) *dz = 0;
 }
 
-// Grid (out_p/128 × 4/EXACT_WARPS, splits, jobs), 32·EXACT_WARPS threads, every K ≤ EXL3_K in one launch (the host compiles for the largest present): x rotated in f32, each lane sums one output over its split in input order, the last split rotates out.
-#if EXACT_WARPS == 4
+// Grid (out_p/128, splits, jobs), 128 threads, every K ≤ EXL3_K in one launch (the host compiles for the largest present): x rotated in f32, each lane sums one output over its split in input order, the last split rotates out.
 extern "C" __global__ void __launch_bounds__(128) exl3_gemv_exact(
-#else
-// Smaller blocks keep the four-warp block's 24 warps per multiprocessor (ptxas would take 128 registers); four warps reach it alone.
-extern "C" __global__ void __launch_bounds__(32 * EXACT_WARPS, 24 / EXACT_WARPS) exl3_gemv_exact(
-#endif
     const float* __restrict__ x, const Exl3Dev* __restrict__ table, const int* __restrict__ ids, int experts, int topk,
     float* __restrict__ y, float* __restrict__ part, u32* __restrict__ done, int rows, int r0, int n_rows, int in_p, int out_p,
     int split_tiles) {
     const Exl3Dev* wt = job_row(table, ids, experts, blockIdx.z);
     // A bad id, or a K this build leaves out (only K ≤ EXL3_K are compiled, which keeps NVRTC's time down), gets a NaN row.
     if (!wt || wt->k < 1 || wt->k > EXL3_K) {
-        float* yz = y + ((size_t)blockIdx.z * rows + r0) * out_p + blockIdx.x / EXACT_PARTS * HAD;
-        for (int j = threadIdx.x; blockIdx.y == 0 && blockIdx.x % EXACT_PARTS == 0 && j < n_rows * HAD; j += blockDim.x)
+        float* yz = y + ((size_t)blockIdx.z * rows + r0) * out_p + blockIdx.x * HAD;
+        for (int j = threadIdx.x; blockIdx.y == 0 && j < n_rows * HAD; j += blockDim.x)
             yz[(size_t)(j / HAD) * out_p + j % HAD] = __int_as_float(0x7fc00000);
         return;
     }

@@ -3,8 +3,8 @@
 use crate::cuda::{EXL3, as_i32, bytes, check_len};
 use crate::exl3::{Codebook, Exl3Weight, HAD, SPLIT};
 use crate::exl3_mma::{
-    EXACT_WARPS, EXL3_MMA_ROWS, Exl3Kernels, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, exact_smem_bytes, fast_fn,
-    launch_mma, prepare, rows_in, rows_out,
+    EXL3_MMA_ROWS, Exl3Kernels, MMA_COLS, MmaJobs, MmaPlan, MmaShape, dev_row, exact_smem_bytes, fast_fn, launch_mma,
+    prepare, rows_in, rows_out,
 };
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
 use tf_cuda::error::DriverResultExt;
@@ -217,7 +217,7 @@ pub(crate) fn launch_exact(
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(&mut *y).arg(part.dev_mut());
         launch.arg(jobs.done.dev()).arg(&rows_i).arg(&r0_i).arg(&m_i).arg(&in_i).arg(&out_i).arg(&st);
-        let mut cfg = grid((out_p / HAD * (4 / EXACT_WARPS), splits), 32 * EXACT_WARPS as u32, exact_smem_bytes(k, m));
+        let mut cfg = grid((out_p / HAD, splits), 128, exact_smem_bytes(k, m));
         cfg.grid_dim.2 = count;
         // SAFETY: arguments match exl3_gemv_exact's signature; callers checked x, y is checked above, part holds every job's splits.
         unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {m} rows × {in_p}×{out_p}"))?;

@@ -63,18 +63,15 @@ pub(crate) fn dev_row(
     [ptr(bufs.0), ptr(bufs.1), ptr(bufs.2), bufs.3.map_or(0, ptr), k as u64 | (u64::from(codebook as u32) << 32)]
 }
 
-/// Warps per `exl3_gemv_exact` block (1, 2 or 4), each owning 32 outputs: a 128-column group is `4 / EXACT_WARPS` blocks.
-pub(crate) const EXACT_WARPS: usize = 4;
-
 /// `entry` of the fast path, compiled for one K and codebook.
 pub(crate) fn fast_fn(gpu: &Gpu, entry: &str, k: usize, codebook: i32) -> Result<CudaFunction, Error> {
-    let (k, cb, warps) = (k.to_string(), codebook.to_string(), EXACT_WARPS.to_string());
-    gpu.function(&EXL3.spec(&[("EXL3_K", &k), ("EXL3_CB", &cb), ("EXACT_WARPS", &warps)]), entry)
+    let (k, cb) = (k.to_string(), codebook.to_string());
+    gpu.function(&EXL3.spec(&[("EXL3_K", &k), ("EXL3_CB", &cb)]), entry)
 }
 
-/// Dynamic shared memory of `exl3_gemv_exact` for `rows` rows: one split's records for its warps (two tile columns each), then the rotated x rows.
+/// Dynamic shared memory of `exl3_gemv_exact` for `rows` rows: one split's records for its four warps, then the rotated x rows.
 pub(crate) fn exact_smem_bytes(k: usize, rows: usize) -> usize {
-    SPLIT / 16 * 2 * EXACT_WARPS * 8 * k * 4 + rows * SPLIT * 4
+    SPLIT / 16 * 8 * 8 * k * 4 + rows * SPLIT * 4
 }
 
 /// Compiles both kernels for (K, codebook) and allows them the shared memory of their most rows on this shape, outside graph capture.
