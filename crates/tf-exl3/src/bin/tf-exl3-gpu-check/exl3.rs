@@ -34,6 +34,21 @@ pub fn case_weight<'g>(
     Ok((w, g, format!("{in_p}×{out_p} K={k} {cb:?}")))
 }
 
+/// `forward_exact` on fresh rows against `Exl3Weight::forward`: outputs whose bits differ, outputs, all finite, max |Δ|.
+pub fn exact_against_cpu(
+    gpu: &Gpu,
+    rng: &mut SplitMix64,
+    (w, g): (&Exl3Weight, &GpuExl3<'_>),
+    rows: usize,
+) -> Result<(usize, usize, bool, f32), Error> {
+    let x = acts(rng, rows * w.in_p);
+    let want = w.forward(&x, rows);
+    let y: Vec<f32> = gpu.download(&g.forward_exact(gpu, &gpu.upload(&x)?, rows)?)?;
+    let bits = y.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    let worst = y.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    Ok((bits, y.len(), y.iter().all(|v| v.is_finite()), worst))
+}
+
 /// Declared before measuring: tolerance 0 for both, as every kernel step is the CPU's operation in the CPU's order.
 pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) -> Result<(), Error> {
     for (i, shape) in cases().into_iter().enumerate() {
@@ -45,13 +60,8 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
         let differ = got.iter().zip(w.decode_q()).filter(|(a, b)| **a != *b).count();
         report.row("exl3 decode_q", &case, format!("{differ} of {} fp16 values differ", got.len()), differ == 0);
         for rows in if in_p * out_p > 1 << 20 { vec![1, 8] } else { vec![1, 2, 3, 11] } {
-            let x = acts(rng, rows * in_p);
-            let want = w.forward(&x, rows);
-            let y: Vec<f32> = gpu.download(&g.forward_exact(gpu, &gpu.upload(&x)?, rows)?)?;
-            let bits = y.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-            let finite = y.iter().all(|v| v.is_finite());
-            let worst = y.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-            let what = format!("{rows} rows: {bits} of {} outputs differ in bits, max |Δ| {worst:e}", y.len());
+            let (bits, len, finite, worst) = exact_against_cpu(gpu, rng, (&w, &g), rows)?;
+            let what = format!("{rows} rows: {bits} of {len} outputs differ in bits, max |Δ| {worst:e}");
             report.row("exl3 forward_exact", &case, what, bits == 0 && finite);
             report.push("exl3", json!({"case": case, "rows": rows, "decode_differ": differ, "forward_differ": bits}));
         }

@@ -1,6 +1,6 @@
 //! The tensor-core EXL3 path against the CPU: its register decode bit for bit, `forward` within a declared bound, cold timing.
 
-use crate::exl3::{acts, case_weight, cases};
+use crate::exl3::{acts, case_weight, cases, exact_against_cpu};
 use crate::{Report, SAMPLES, time_row};
 use serde_json::json;
 use tf_core::formats::f16_bits_to_f32;
@@ -83,11 +83,9 @@ pub fn time_only(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps
     // A few exact rows against the CPU first, so a variant's times come with its bits.
     for (in_p, out_p, k, rows) in [(5120, 2304, 3, 1), (2304, 5120, 2, 3), (512, 384, 4, 11)] {
         let w = random_weight(rng, (in_p, out_p, k), Codebook::Mul1, 1.0);
-        let x = acts(rng, rows * in_p);
-        let y: Vec<f32> = gpu.download(&GpuExl3::upload(gpu, &w)?.forward_exact(gpu, &gpu.upload(&x)?, rows)?)?;
-        let bits = y.iter().zip(w.forward(&x, rows)).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        let (bits, len, _, _) = exact_against_cpu(gpu, rng, (&w, &GpuExl3::upload(gpu, &w)?), rows)?;
         let case = format!("{rows}×{in_p}→{out_p} K={k} MUL1");
-        report.row("exl3 forward_exact", &case, format!("{bits} of {} outputs differ in bits", y.len()), bits == 0);
+        report.row("exl3 forward_exact", &case, format!("{bits} of {len} outputs differ in bits"), bits == 0);
     }
     timing(gpu, rng, report, copy_gbps)?;
     routed_timing(gpu, rng, report, copy_gbps)
