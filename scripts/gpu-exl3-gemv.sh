@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/gpu-exl3-out}"
 mkdir -p "$out"
 rc=0
-times() { grep -E 'µs' "$1" | grep -E 'exact|copy' | head -n 30; }
+times() { grep -E 'µs' "$1" | grep -iE 'exact|copy' | head -n 40; }
 OUT="$out" TF_CHECK_TIMEOUT="${TF_EXL3_TIMEOUT:-260}" TF_CHECKS=tf-exl3-gpu-check TF_SECTIONS="${TF_EXL3_SECTIONS:-device,copy,exl3}" bash scripts/gpu-check.sh >/dev/null 2>&1 || rc=$?
 grep -E 'FAIL|failed|passed' "$out/tf-exl3-gpu-check.log" | tail -n 20
 times "$out/tf-exl3-gpu-check.log"
