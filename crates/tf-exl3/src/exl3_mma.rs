@@ -153,7 +153,7 @@ pub(crate) fn launch_mma(
 pub struct Exl3Experts<'g, 'b> {
     pub(crate) table: PoolBuf<'g>,
     done: PoolBuf<'g>,
-    ks: Vec<usize>,
+    pub(crate) ks: Vec<usize>,
     /// Each expert's K, for launches that rebuild one expert.
     pub(crate) k_of: Vec<usize>,
     pub(crate) count: usize,

@@ -2,6 +2,7 @@
 
 pub mod cuda;
 pub mod exl3;
+pub mod exl3_bytedot;
 pub mod exl3_cuda;
 pub mod exl3_mma;
 pub mod exl3_prompt;

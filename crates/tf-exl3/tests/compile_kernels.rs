@@ -98,10 +98,17 @@ fn exl3_specializations_compile_for_every_k_and_codebook() {
     let specs = (1..=8).map(|k| (k, 2)).chain([(3, 0), (3, 1)]);
     for (k, cb) in specs {
         let (k_s, cb_s) = (k.to_string(), cb.to_string());
-        for (src, entry) in [(EXL3, "exl3_gemv_exact"), (EXL3, "exl3_gemv_mma"), (EXL3_PROMPT, "exl3_recon")] {
+        // One compile per source and specialization, every entry the launchers take from it checked in its PTX.
+        let entries = [
+            (EXL3, &["exl3_gemv_exact", "exl3_gemv_mma", "exl3_mul1_bytedot"][..]),
+            (EXL3_PROMPT, &["exl3_recon"][..]),
+        ];
+        for (src, names) in entries {
             let out = nvrtc.compile(&src.spec(&[("EXL3_K", &k_s), ("EXL3_CB", &cb_s)]), Arch::Sm90a);
             let out = out.unwrap_or_else(|e| panic!("{} K={k} cb={cb}: {e}", src.name));
-            assert!(out.ptx.contains(&format!(".entry {entry}(")), "{} K={k} cb={cb}: no {entry}", src.name);
+            for entry in names {
+                assert!(out.ptx.contains(&format!(".entry {entry}(")), "{} K={k} cb={cb}: no {entry}", src.name);
+            }
         }
     }
 }

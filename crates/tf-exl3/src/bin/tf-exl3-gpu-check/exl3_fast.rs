@@ -9,6 +9,7 @@ use tf_cuda::timing::{cold_median_ms, copies_for};
 use tf_cuda::{Error, Gpu};
 use tf_exl3::exl3::encode::random_weight;
 use tf_exl3::exl3::{HAD, fwht_blocks};
+use tf_exl3::exl3_bytedot::pack_acts;
 use tf_exl3::exl3_cuda::GpuExl3;
 use tf_exl3::exl3_mma::{Exl3Experts, Exl3Kernels};
 use tf_exl3::{Codebook, Exl3Weight};
@@ -150,6 +151,9 @@ pub fn profile(gpu: &Gpu, rng: &mut SplitMix64) -> Result<(), Error> {
     let mut y = gpu.pool().take(12 * 2304 * 4)?;
     let mut part = gpu.pool().take(table.part_bytes(12))?;
     table.routed(gpu, &ids, &x, 12, (&mut y, &mut part), (12, Exl3Kernels::Exact))?;
+    // The same 12 jobs through MUL1's integer core alone, the ceiling the exact launch is measured against.
+    let a: Vec<i8> = (0..5120).map(|_| rng.next_u64() as i8).collect();
+    table.mul1_bytedot(gpu, &ids, &gpu.upload(&pack_acts(&a, 5120))?, 12, &mut y, 12)?;
     gpu.stream().synchronize().map_err(|e| Error::Launch { op: "profile", what: e.to_string() })
 }
 

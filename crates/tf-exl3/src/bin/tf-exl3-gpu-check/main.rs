@@ -1,6 +1,7 @@
 //! GPU self-check of the FP4 expert GEMV against `Fp4Weight::forward_f32` (rows alone, routed pairs, batch-1 time) and of EXL3 (exl3.rs).
 
 mod exl3;
+mod exl3_bytedot;
 mod exl3_fast;
 mod exl3_gemm;
 
@@ -365,6 +366,7 @@ fn main() -> ExitCode {
             section(&mut report, "exl3", |r| exl3::check(&gpu, rng, r, copy));
             section(&mut report, "exl3 fast", |r| exl3_fast::check(&gpu, rng, r, copy));
             section(&mut report, "exl3 gemm", |r| exl3_gemm::check(&gpu, rng, r));
+            section(&mut report, "exl3 bytedot", |r| exl3_bytedot::check(&gpu, rng, r, copy));
             section(&mut report, "profile", |_| exl3_fast::profile(&gpu, rng));
             section(&mut report, "time exl3", |r| exl3_fast::time_only(&gpu, rng, r, copy));
         }
