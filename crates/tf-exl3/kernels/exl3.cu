@@ -405,6 +405,7 @@ extern "C" __global__ void exl3_rows_out(const float* __restrict__ y, float* __r
 }
 
 // ---- MUL1's integer core (quant.md §1.6's int8 trick), y_c = Σ_i a_i·bytesum(state_ic·M) exact in i32: the least any MUL1 GEMV issues.
+#define BYTEDOT_TC 4  // tile columns per warp of exl3_mul1_bytedot (4 warps a block, so a block owns 256 outputs)
 namespace {
 // Unsigned bytes of x times signed int8 bytes of a, summed into acc.
 __device__ __forceinline__ int dp4a_us(u32 x, u32 a, int acc) {
@@ -413,7 +414,7 @@ __device__ __forceinline__ int dp4a_us(u32 x, u32 a, int acc) {
     return d;
 }
 
-// Warp (tile column tc) over tile rows [t0, t1): lane l's 8 positions are rows 2(l%4)+{0,1,8,9} of columns l/4 and l/4 + 8.
+// Warp: BYTEDOT_TC adjacent tile columns from tc over tile rows [t0, t1); lane l holds rows 2(l%4)+{0,1,8,9} of columns l/4, l/4+8.
 template <int K>
 __device__ __forceinline__ void bytedot_k(const Exl3Dev* __restrict__ wt, const uint4* __restrict__ xs, int* __restrict__ yz, int tn,
                                           int tc, int t0, int t1) {
@@ -421,45 +422,57 @@ __device__ __forceinline__ void bytedot_k(const Exl3Dev* __restrict__ wt, const 
     const int lane = threadIdx.x & 31;
     const Lane ln = lane_window<K>(lane);
     const u32* rec = reinterpret_cast<const u32*>(wt->trellis) + ((size_t)t0 * tn + tc) * WORDS;
+    // Adjacent records are WORDS apart, so a row of tiles needs three pointers and immediate offsets, no per-tile address math.
+    const u32 *p0 = rec + ln.i0, *p1 = rec + ln.i1, *p2 = rec + ln.i2;
+    const size_t step = (size_t)tn * WORDS;
     const uint4* xa = xs + t0 * 4 + (lane & 3);
-    // Four chains, so consecutive dp4a do not wait on each other.
-    int c0 = 0, c1 = 0, c2 = 0, c3 = 0;
-#pragma unroll 4
-    for (int tr = t0; tr < t1; ++tr, rec += (size_t)tn * WORDS, xa += 4) {
-        const u32 a0 = __ldg(rec + ln.i0), a1 = __ldg(rec + ln.i1), a2 = __ldg(rec + ln.i2);
+    int acc[BYTEDOT_TC][2];
+#pragma unroll
+    for (int j = 0; j < BYTEDOT_TC; ++j) acc[j][0] = acc[j][1] = 0;
+#pragma unroll 2
+    for (int tr = t0; tr < t1; ++tr, p0 += step, p1 += step, p2 += step, xa += 4) {
         const uint4 a = __ldg(xa);
-        const u32 h = __funnelshift_l(a1, a0, ln.sh), m = __funnelshift_l(a2, a1, ln.sh), l = a2 << ln.sh;
-        c0 = dp4a_us(bits16<0>(h, m, l) * MUL1_MULT, a.x, c0);
-        c1 = dp4a_us(bits16<K>(h, m, l) * MUL1_MULT, a.y, c1);
-        c0 = dp4a_us(bits16<2 * K>(h, m, l) * MUL1_MULT, a.z, c0);
-        c1 = dp4a_us(bits16<3 * K>(h, m, l) * MUL1_MULT, a.w, c1);
-        c2 = dp4a_us(bits16<4 * K>(h, m, l) * MUL1_MULT, a.x, c2);
-        c3 = dp4a_us(bits16<5 * K>(h, m, l) * MUL1_MULT, a.y, c3);
-        c2 = dp4a_us(bits16<6 * K>(h, m, l) * MUL1_MULT, a.z, c2);
-        c3 = dp4a_us(bits16<7 * K>(h, m, l) * MUL1_MULT, a.w, c3);
+#pragma unroll
+        for (int j = 0; j < BYTEDOT_TC; ++j) {
+            const u32 a0 = __ldg(p0 + j * WORDS), a1 = __ldg(p1 + j * WORDS), a2 = __ldg(p2 + j * WORDS);
+            const u32 h = __funnelshift_l(a1, a0, ln.sh), m = __funnelshift_l(a2, a1, ln.sh), l = a2 << ln.sh;
+            int lo = acc[j][0], hi = acc[j][1];
+            lo = dp4a_us(bits16<0>(h, m, l) * MUL1_MULT, a.x, lo);
+            hi = dp4a_us(bits16<4 * K>(h, m, l) * MUL1_MULT, a.x, hi);
+            lo = dp4a_us(bits16<K>(h, m, l) * MUL1_MULT, a.y, lo);
+            hi = dp4a_us(bits16<5 * K>(h, m, l) * MUL1_MULT, a.y, hi);
+            lo = dp4a_us(bits16<2 * K>(h, m, l) * MUL1_MULT, a.z, lo);
+            hi = dp4a_us(bits16<6 * K>(h, m, l) * MUL1_MULT, a.z, hi);
+            lo = dp4a_us(bits16<3 * K>(h, m, l) * MUL1_MULT, a.w, lo);
+            hi = dp4a_us(bits16<7 * K>(h, m, l) * MUL1_MULT, a.w, hi);
+            acc[j][0] = lo, acc[j][1] = hi;
+        }
     }
     // Integer sums are exact in any order: the four row lanes of a column by shuffles, the splits by atomics.
-    int lo = c0 + c1, hi = c2 + c3;
-    lo += __shfl_xor_sync(0xffffffffu, lo, 1);
-    hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-    lo += __shfl_xor_sync(0xffffffffu, lo, 2);
-    hi += __shfl_xor_sync(0xffffffffu, hi, 2);
-    if ((lane & 3) == 0) {
-        atomicAdd(yz + tc * 16 + lane / 4, lo);
-        atomicAdd(yz + tc * 16 + lane / 4 + 8, hi);
+#pragma unroll
+    for (int j = 0; j < BYTEDOT_TC; ++j) {
+        int lo = acc[j][0], hi = acc[j][1];
+        lo += __shfl_xor_sync(0xffffffffu, lo, 1);
+        hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+        lo += __shfl_xor_sync(0xffffffffu, lo, 2);
+        hi += __shfl_xor_sync(0xffffffffu, hi, 2);
+        if ((lane & 3) == 0) {
+            atomicAdd(yz + (tc + j) * 16 + lane / 4, lo);
+            atomicAdd(yz + (tc + j) * 16 + lane / 4 + 8, hi);
+        }
     }
 }
 }  // namespace
 
-// Grid (tile columns / 8, splits, jobs), 256 threads, y zeroed by the host: a bad id, non-MUL1 codebook or K > EXL3_K gives an INT_MIN row.
-extern "C" __global__ void __launch_bounds__(256) exl3_mul1_bytedot(const uint4* __restrict__ xs, const Exl3Dev* __restrict__ table,
+// Grid (out_p / 256, splits, jobs), 128 threads, y zeroed by the host: a bad id, non-MUL1 codebook or K > EXL3_K gives an INT_MIN row.
+extern "C" __global__ void __launch_bounds__(128) exl3_mul1_bytedot(const uint4* __restrict__ xs, const Exl3Dev* __restrict__ table,
                                                                     const int* __restrict__ ids, int experts, int topk, int* __restrict__ y,
                                                                     int in_p, int out_p, int split_tiles) {
-    const int z = blockIdx.z, tn = out_p / 16, tc = blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int z = blockIdx.z, tn = out_p / 16, tc = (blockIdx.x * 4 + (threadIdx.x >> 5)) * BYTEDOT_TC;
     const Exl3Dev* wt = job_row(table, ids, experts, z);
     int* yz = y + (size_t)z * out_p;
     if (!wt || wt->cb != 2 || wt->k < 1 || wt->k > EXL3_K) {
-        if (blockIdx.y == 0 && tc < tn && (threadIdx.x & 31) < 16) yz[tc * 16 + (threadIdx.x & 31)] = (int)0x80000000u;
+        for (int c = threadIdx.x & 31; blockIdx.y == 0 && tc < tn && c < 16 * BYTEDOT_TC; c += 32) yz[tc * 16 + c] = (int)0x80000000u;
         return;
     }
     if (tc >= tn) return;

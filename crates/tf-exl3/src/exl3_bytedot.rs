@@ -11,8 +11,9 @@ use tf_cuda::{Error, Gpu, PoolBuf};
 
 /// MUL1's locked multiplier.
 const MUL1_MULT: u32 = 0x83DC_D12D;
-/// Warps a block holds, one tile column each.
-const WARPS: usize = 8;
+/// Warps a block holds, and tile columns a warp sums (the kernel's 4 and `BYTEDOT_TC`).
+const WARPS: usize = 4;
+const WARP_COLS: usize = 4;
 /// Warps a launch aims for (about 128 per SM of an H100/H200, two waves at full occupancy).
 const TARGET_WARPS: usize = 16_896;
 
@@ -48,7 +49,7 @@ pub fn pack_acts(a: &[i8], in_p: usize) -> Vec<u32> {
 
 /// Tile rows per split: a function of the shape and job count only (the sums are exact in any order anyway).
 pub fn split_tiles(in_p: usize, out_p: usize, jobs: usize) -> usize {
-    let per = (in_p / 16) * (out_p / 16) * jobs.max(1) / TARGET_WARPS;
+    let per = (in_p / 16) * (out_p / 16 / WARP_COLS).max(1) * jobs.max(1) / TARGET_WARPS;
     per.clamp(4, 64).min(in_p / 16).max(1)
 }
 
@@ -70,6 +71,12 @@ impl Exl3Experts<'_, '_> {
         if pairs > 65_535 {
             return Err(Error::Launch { op: OP, what: format!("{pairs} jobs exceed one launch's grid") });
         }
+        if !self.out_p.is_multiple_of(16 * WARP_COLS) {
+            return Err(Error::Launch {
+                op: OP,
+                what: format!("{} outputs: a warp sums 64, so out_p must be a multiple", self.out_p),
+            });
+        }
         let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
         check_len(OP, "ids", ids, bytes(OP, pairs, 4)?)?;
         check_len(OP, "xs", xs, bytes(OP, x_rows, self.in_p)?)?;
@@ -90,7 +97,11 @@ impl Exl3Experts<'_, '_> {
         launch.arg(xs.dev()).arg(self.table.dev()).arg(&ids_at).arg(&experts).arg(&topk_i).arg(y.dev_mut());
         launch.arg(&in_i).arg(&out_i).arg(&st);
         let cfg = LaunchConfig {
-            grid_dim: ((self.out_p / 16).div_ceil(WARPS) as u32, (self.in_p / 16).div_ceil(tiles) as u32, pairs as u32),
+            grid_dim: (
+                (self.out_p / 16).div_ceil(WARPS * WARP_COLS) as u32,
+                (self.in_p / 16).div_ceil(tiles) as u32,
+                pairs as u32,
+            ),
             block_dim: (32 * WARPS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -146,6 +157,6 @@ mod tests {
             let t = split_tiles(in_p, out_p, jobs);
             assert!(t >= 1 && t <= in_p / 16, "{in_p}×{out_p}: {t}");
         }
-        assert_eq!(split_tiles(5120, 2304, 12), 32);
+        assert_eq!(split_tiles(5120, 2304, 12), 8);
     }
 }
