@@ -3,38 +3,23 @@
 use crate::Exl3Weight;
 use crate::cuda::{as_i32, bytes, check_len};
 use crate::exl3::Codebook;
-use crate::exl3::trellis::{TILE, tile_perm, tile_states};
-use crate::exl3_mma::{Exl3Experts, fast_fn};
+use crate::exl3::codebook::mul1_bytesum;
+use crate::exl3_mma::{Exl3Experts, fast_fn, x_rows};
 use cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu, PoolBuf};
 
-/// MUL1's locked multiplier.
-const MUL1_MULT: u32 = 0x83DC_D12D;
 /// Warps a block holds, and tile columns a warp sums (the kernel's 4 and `BYTEDOT_TC`).
 const WARPS: usize = 4;
 const WARP_COLS: usize = 4;
 /// Warps a launch aims for (about 128 per SM of an H100/H200, two waves at full occupancy).
 const TARGET_WARPS: usize = 16_896;
 
-/// The byte sum of a state's MUL1 product, the integer the codebook value is affine in.
-pub fn mul1_bytesum(state: u16) -> u32 {
-    u32::from(state).wrapping_mul(MUL1_MULT).to_le_bytes().iter().map(|&b| u32::from(b)).sum()
-}
-
 /// `Σ_i a_i · bytesum(state_ic)` per column for one row of int8 activations, from the tile states (the CPU reference).
 pub fn bytedot_cpu(w: &Exl3Weight, a: &[i8]) -> Vec<i32> {
     assert_eq!(a.len(), w.in_p, "one row of in_p activations");
-    let (tn, rec) = (w.out_p / 16, 16 * w.k);
-    let perm = tile_perm();
     let mut y = vec![0i32; w.out_p];
-    for (t, tile) in w.trellis.chunks_exact(rec).enumerate() {
-        let (r0, c0) = (16 * (t / tn), 16 * (t % tn));
-        for (p, st) in tile_states(tile, w.k).into_iter().enumerate().take(TILE) {
-            let (r, c) = (usize::from(perm[p]) / 16, usize::from(perm[p]) % 16);
-            y[c0 + c] += i32::from(a[r0 + r]) * mul1_bytesum(st) as i32;
-        }
-    }
+    w.for_each_state(|r, c, st| y[c] += i32::from(a[r]) * mul1_bytesum(st) as i32);
     y
 }
 
@@ -77,9 +62,8 @@ impl Exl3Experts<'_, '_> {
                 what: format!("{} outputs: a warp sums 64, so out_p must be a multiple", self.out_p),
             });
         }
-        let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
         check_len(OP, "ids", ids, bytes(OP, pairs, 4)?)?;
-        check_len(OP, "xs", xs, bytes(OP, x_rows, self.in_p)?)?;
+        check_len(OP, "xs", xs, bytes(OP, x_rows(pairs, topk), self.in_p)?)?;
         let y_len = bytes(OP, bytes(OP, pairs, self.out_p)?, 4)?;
         check_len(OP, "y", y, y_len)?;
         let Some(&k) = self.ks.iter().max() else { return Ok(()) };
@@ -116,7 +100,7 @@ impl Exl3Experts<'_, '_> {
 mod tests {
     use super::*;
     use crate::exl3::encode::random_weight;
-    use crate::exl3::trellis::state_at;
+    use crate::exl3::trellis::{state_at, tile_perm};
     use tf_core::rng::SplitMix64;
 
     #[test]

@@ -233,9 +233,8 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
         (pairs, kernels): (usize, Exl3Kernels),
     ) -> Result<(), Error> {
         const OP: &str = "exl3 routed";
-        let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
         check_len(OP, "ids", ids, bytes(OP, pairs, 4)?)?;
-        check_len(OP, "x", x, bytes(OP, bytes(OP, x_rows, self.in_p)?, 4)?)?;
+        check_len(OP, "x", x, bytes(OP, bytes(OP, x_rows(pairs, topk), self.in_p)?, 4)?)?;
         check_len(OP, "y", y, bytes(OP, bytes(OP, pairs, self.out_p)?, 4)?)?;
         // A launch takes whole tokens when pairs share a token's row.
         if topk > self.max_pairs {
@@ -274,13 +273,17 @@ impl<'g, 'b> Exl3Experts<'g, 'b> {
         (pairs, kernels): (usize, Exl3Kernels),
         (k, n): (usize, usize),
     ) -> Result<PoolBuf<'g>, Error> {
-        let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
-        let xp = rows_in(gpu, x, x_rows, k, self.in_p)?;
+        let xp = rows_in(gpu, x, x_rows(pairs, topk), k, self.in_p)?;
         let mut y = gpu.pool().take((pairs * self.out_p * 4).max(4))?;
         let mut part = gpu.pool().take(self.part_bytes(pairs).max(4))?;
         self.routed(gpu, ids, &xp, topk, (&mut y, &mut part), (pairs, kernels))?;
         rows_out(gpu, y, pairs, n, self.out_p)
     }
+}
+
+/// Activation rows `pairs` routed jobs read: one per `topk` pairs (a token's row), or one per pair when `topk` is 0.
+pub fn x_rows(pairs: usize, topk: usize) -> usize {
+    if topk == 0 { pairs } else { pairs.div_ceil(topk) }
 }
 
 /// bf16 `[rows, k]` to f32 `[rows, k_p]`, zeros past `k` (an EXL3 linear's padded input).

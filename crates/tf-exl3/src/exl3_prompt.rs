@@ -3,7 +3,7 @@
 use crate::cuda::{EXL3_PROMPT, as_i32, bytes, check_len};
 use crate::exl3::HAD;
 use crate::exl3_cuda::GpuExl3;
-use crate::exl3_mma::Exl3Experts;
+use crate::exl3_mma::{Exl3Experts, x_rows};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaViewMut, DevicePtr, PushKernelArg};
 use std::cell::RefCell;
@@ -154,9 +154,8 @@ impl Exl3Experts<'_, '_> {
         (k, n): (usize, usize),
     ) -> Result<PoolBuf<'g>, Error> {
         const OP: &str = "exl3 routed_gemm";
-        let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
         check_len(OP, "ids", ids, bytes(OP, pairs, 4)?)?;
-        check_len(OP, "x", x, bytes(OP, bytes(OP, x_rows, k)?, 2)?)?;
+        check_len(OP, "x", x, bytes(OP, bytes(OP, x_rows(pairs, topk), k)?, 2)?)?;
         if k > self.in_p || n > self.out_p {
             return Err(Error::Launch {
                 op: OP,

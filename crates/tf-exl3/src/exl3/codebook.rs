@@ -41,8 +41,7 @@ impl Codebook {
             Codebook::Inst3 => two_halves(x.wrapping_mul(INST3_MUL).wrapping_add(INST3_ADD)),
             Codebook::Mcg => two_halves(x.wrapping_mul(MCG_MULT)),
             Codebook::Mul1 => {
-                let y = x.wrapping_mul(MUL1_MULT);
-                let sum = y.to_le_bytes().iter().map(|&b| u32::from(b)).sum::<u32>();
+                let sum = mul1_bytesum(state);
                 // 1024 + sum (≤ 2044) times an 11-bit fp16 plus an fp16 is exact in f32, so this rounds once, as __hfma.
                 let h = (1024 + sum) as f32;
                 f32_to_f16_bits(h * f16_bits_to_f32(MUL1_K_INV) + f16_bits_to_f32(MUL1_K_BIAS))
@@ -54,6 +53,11 @@ impl Codebook {
     pub fn value(self, state: u16) -> f32 {
         f16_bits_to_f32(self.decode(state))
     }
+}
+
+/// The byte sum of a state's MUL1 product (0..=1020), the integer MUL1's value is affine in.
+pub fn mul1_bytesum(state: u16) -> u32 {
+    u32::from(state).wrapping_mul(MUL1_MULT).to_le_bytes().iter().map(|&b| u32::from(b)).sum()
 }
 
 /// 3INST/MCG: keep sign and low 12 bits of each half, force the exponent, and add the two fp16 halves.

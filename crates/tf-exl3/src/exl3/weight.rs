@@ -1,7 +1,7 @@
 //! One EXL3 linear (quant.md §1.2–1.3): loaded from `<key>.trellis/suh/svh[/mcg|mul1][/bias]`, decoded exactly.
 
 use super::codebook::{Codebook, MCG_MULT, MUL1_MULT};
-use super::trellis::{TILE, tile_perm, tile_states};
+use super::trellis::{tile_perm, tile_states};
 use tf_core::formats::f16_bits_to_f32;
 use tf_core::ops::qgemm::{expect_dtype, expect_shape};
 use tf_core::{Checkpoint, DType, Error, Result, Tensor};
@@ -111,17 +111,21 @@ impl Exl3Weight {
 
     /// The decoded trellis matrix `Q` as fp16 bits, `[in_p][out_p]` row-major: exact, tile by tile.
     pub fn decode_q(&self) -> Vec<u16> {
+        let mut q = vec![0u16; self.in_p * self.out_p];
+        self.for_each_state(|r, c, st| q[r * self.out_p + c] = self.codebook.decode(st));
+        q
+    }
+
+    /// Calls `f(row, column, state)` for every position of Q, tile by tile.
+    pub fn for_each_state(&self, mut f: impl FnMut(usize, usize, u16)) {
         let (tn, rec) = (self.out_p / 16, 16 * self.k);
         let perm = tile_perm();
-        let mut q = vec![0u16; self.in_p * self.out_p];
         for (t, tile) in self.trellis.chunks_exact(rec).enumerate() {
             let (r0, c0) = (16 * (t / tn), 16 * (t % tn));
-            for (p, st) in tile_states(tile, self.k).into_iter().enumerate().take(TILE) {
-                let (r, c) = (usize::from(perm[p]) / 16, usize::from(perm[p]) % 16);
-                q[(r0 + r) * self.out_p + c0 + c] = self.codebook.decode(st);
+            for (&cell, st) in perm.iter().zip(tile_states(tile, self.k)) {
+                f(r0 + usize::from(cell) / 16, c0 + usize::from(cell) % 16, st);
             }
         }
-        q
     }
 
     /// The effective weight `diag(suh)·H·Q·H·diag(svh)` as f32 `[in_p][out_p]` (H: normalized 128-blocks, f32 transforms).

@@ -9,9 +9,10 @@ use tf_exl3::Codebook;
 use tf_exl3::exl3::encode::random_weight;
 use tf_exl3::exl3_bytedot::{bytedot_cpu, pack_acts};
 use tf_exl3::exl3_cuda::GpuExl3;
-use tf_exl3::exl3_mma::Exl3Experts;
+use tf_exl3::exl3_mma::{Exl3Experts, x_rows};
 
-fn int8_rows(rng: &mut SplitMix64, n: usize) -> Vec<i8> {
+/// Random int8 activations.
+pub fn int8_rows(rng: &mut SplitMix64, n: usize) -> Vec<i8> {
     (0..n).map(|_| rng.next_u64() as i8).collect()
 }
 
@@ -26,8 +27,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
             (0..count).map(|e| random_weight(rng, (in_p, out_p, ks[e % ks.len()]), Codebook::Mul1, 1.0)).collect();
         let gs = ws.iter().map(|w| GpuExl3::upload(gpu, w)).collect::<Result<Vec<_>, _>>()?;
         let table = Exl3Experts::new(gpu, &gs.iter().collect::<Vec<_>>(), pairs)?;
-        let x_rows = pairs.checked_div(topk).map_or(pairs, |_| pairs.div_ceil(topk));
-        let a = int8_rows(rng, x_rows * in_p);
+        let a = int8_rows(rng, x_rows(pairs, topk) * in_p);
         let xs = gpu.upload(&pack_acts(&a, in_p))?;
         let mut ids: Vec<i32> = (0..pairs).map(|_| (rng.next_u64() % count as u64) as i32).collect();
         let run = |ids: &[i32]| -> Result<Vec<i32>, Error> {

@@ -1,6 +1,7 @@
 //! The tensor-core EXL3 path against the CPU: its register decode bit for bit, `forward` within a declared bound, cold timing.
 
 use crate::exl3::{acts, case_weight, cases, exact_against_cpu};
+use crate::exl3_bytedot::int8_rows;
 use crate::{Report, SAMPLES, time_row};
 use serde_json::json;
 use tf_core::formats::f16_bits_to_f32;
@@ -152,8 +153,8 @@ pub fn profile(gpu: &Gpu, rng: &mut SplitMix64) -> Result<(), Error> {
     let mut part = gpu.pool().take(table.part_bytes(12))?;
     table.routed(gpu, &ids, &x, 12, (&mut y, &mut part), (12, Exl3Kernels::Exact))?;
     // The same 12 jobs through MUL1's integer core alone, the ceiling the exact launch is measured against.
-    let a: Vec<i8> = (0..5120).map(|_| rng.next_u64() as i8).collect();
-    table.mul1_bytedot(gpu, &ids, &gpu.upload(&pack_acts(&a, 5120))?, 12, &mut y, 12)?;
+    let xs = gpu.upload(&pack_acts(&int8_rows(rng, 5120), 5120))?;
+    table.mul1_bytedot(gpu, &ids, &xs, 12, &mut y, 12)?;
     gpu.stream().synchronize().map_err(|e| Error::Launch { op: "profile", what: e.to_string() })
 }
 
