@@ -9,7 +9,7 @@ mod sched;
 pub use family::{Family, load_dsv41};
 pub use metrics::{Metrics, Outcome};
 pub use prefix::PrefixCache;
-pub use sample::{Rng, SamplingParams, argmax, log_softmax, sample, top_logprobs};
+pub use sample::{Rng, SamplingParams, argmax, biased, log_softmax, sample, top_logprobs};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -85,6 +85,8 @@ pub struct GenRequest {
     pub logprobs: Option<usize>,
     /// Teacher forcing: emit exactly these tokens (with their logprobs) instead of sampling.
     pub forced: Vec<u32>,
+    /// OpenAI `logit_bias`: added to these ids' logits before sampling, and seen by logprobs.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 /// One generated token.
@@ -166,6 +168,22 @@ impl Events {
     pub fn cached_tokens(&self) -> usize {
         self.cached.load(Ordering::Relaxed)
     }
+
+    /// A handle that cancels this request from elsewhere (a plain HTTP request whose client hung up).
+    pub fn canceller(&self) -> Canceller {
+        Canceller(self.cancel.clone())
+    }
+}
+
+/// Cancels one request as dropping its `Events` would; the lane is freed at its next step.
+#[derive(Clone, Debug)]
+pub struct Canceller(Arc<AtomicU8>);
+
+impl Canceller {
+    /// Counts as an abort unless the request already ended or stopped on its own.
+    pub fn cancel(&self) {
+        let _ = self.0.compare_exchange(LIVE, DROPPED, Ordering::Relaxed, Ordering::Relaxed);
+    }
 }
 
 impl std::ops::Deref for Events {
@@ -228,7 +246,10 @@ impl LaneHost {
         if req.prompt.is_empty() {
             return Err(SubmitError::Empty);
         }
-        if let Some(&id) = req.prompt.iter().chain(&req.forced).find(|&&t| t as usize >= self.vocab) {
+        let biased = req.logit_bias.iter().map(|&(t, _)| t);
+        if let Some(id) =
+            req.prompt.iter().chain(&req.forced).copied().chain(biased).find(|&t| t as usize >= self.vocab)
+        {
             return Err(SubmitError::BadToken { id, vocab: self.vocab });
         }
         let needed = req.prompt.len() + req.forced.len();
@@ -261,6 +282,11 @@ impl LaneHost {
             return Err(SubmitError::Stopped);
         }
         Ok(Events { rx, cancel, cached })
+    }
+
+    /// The longest prompt plus completion a lane holds, in tokens.
+    pub fn max_context(&self) -> usize {
+        self.max_context
     }
 
     /// (running, waiting) requests right now.

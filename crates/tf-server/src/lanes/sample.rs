@@ -47,12 +47,31 @@ pub fn top_logprobs(logprobs: &[f32], n: usize) -> Vec<(u32, f32)> {
     idx.into_iter().take(n).map(|i| (i, logprobs[i as usize])).collect()
 }
 
+/// The logits with a request's `logit_bias` added (OpenAI and vLLM add it before temperature and filtering).
+pub fn biased(logits: &[f32], bias: &[(u32, f32)]) -> Vec<f32> {
+    let mut out = logits.to_vec();
+    for &(id, b) in bias {
+        if let Some(x) = out.get_mut(id as usize) {
+            *x += b;
+        }
+    }
+    out
+}
+
+/// Log-probabilities of `softmax(logits / t)`, from `(x - max) / t` in f64 so no temperature overflows to inf − inf.
+fn tempered_log_softmax(logits: &[f32], t: f64) -> Vec<f32> {
+    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let z: Vec<f64> = logits.iter().map(|&x| (x as f64 - m) / t).collect();
+    let lse = z.iter().map(|&v| v.exp()).sum::<f64>().ln();
+    z.iter().map(|&v| (v - lse) as f32).collect()
+}
+
 /// Picks the next token: greedy at temperature 0, else sampling from the tempered, top-k/top-p filtered distribution.
 pub fn sample(logits: &[f32], p: &SamplingParams, rng: &mut Rng) -> u32 {
     if p.temperature <= 0.0 {
         return argmax(logits);
     }
-    let lp = log_softmax(&logits.iter().map(|&x| x / p.temperature).collect::<Vec<_>>());
+    let lp = tempered_log_softmax(logits, p.temperature as f64);
     let mut cand = top_logprobs(&lp, if p.top_k == 0 { lp.len() } else { p.top_k.min(lp.len()) });
     let mut mass = 0.0f64;
     let mut keep = 0;

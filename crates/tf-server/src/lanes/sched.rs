@@ -1,6 +1,6 @@
 //! The scheduler thread: admission, prompt chunks and decode rounds, the prompt cache, and per-request events.
 
-use super::sample::{Rng, log_softmax, sample, top_logprobs};
+use super::sample::{Rng, biased, log_softmax, sample, top_logprobs};
 use super::{Admission, Event, Family, Finish, Job, Limits, Metrics, Outcome, PrefixCache, TokenEvent};
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -307,6 +307,13 @@ fn fail(e: String) -> After {
 /// Picks (or, forced, takes) and sends one token; a forced run ending in a stop token finishes as `Stop`, like its original.
 fn emit<L, P>(a: &mut Active<L, P>, logits: &[f32], eos: u32, max_context: usize, metrics: &Metrics) -> After {
     let req = &a.job.req;
+    let with_bias;
+    let logits = if req.logit_bias.is_empty() {
+        logits
+    } else {
+        with_bias = biased(logits, &req.logit_bias);
+        &with_bias[..]
+    };
     let forced = !req.forced.is_empty();
     let id = if forced { req.forced[a.generated] } else { sample(logits, &req.sampling, &mut a.rng) };
     let done = |finish, completion_tokens| Event::Done {
