@@ -313,6 +313,27 @@ def check_tool_result_turn():
         raise AssertionError("a tool message without a preceding tool call was accepted; want openai.BadRequestError")
 
 
+def check_logit_bias_and_refusals():
+    first = chat_plain(logprobs=True).choices[0].logprobs.content[0]
+    pick = 100 if extra(first, "token_id") != 100 else 101
+    r = chat_plain(logprobs=True, logit_bias={str(pick): 100})
+    ids = [extra(t, "token_id") for t in r.choices[0].logprobs.content]
+    assert ids and all(i == pick for i in ids), f"logit_bias +100 on {pick} gave {ids}"
+    bad = [
+        dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "no_such_tool"}}),
+        dict(tool_choice="required"),
+        dict(logit_bias={"abc": 1}),
+        dict(stream_options={"include_usage": True}),
+    ]
+    for kw in bad:
+        try:
+            chat_plain(**kw)
+        except openai.BadRequestError as e:
+            assert e.status_code == 400 and len(str(e)) > len("Error code: 400 - "), f"{kw}: {e}"
+        else:
+            raise AssertionError(f"{kw} was accepted; OpenAI answers 400")
+
+
 CHECKS = [
     ("models.list", check_models),
     ("wrong API key", check_api_key),
@@ -321,6 +342,7 @@ CHECKS = [
     ("thinking on/off", check_thinking),
     ("logprobs", check_logprobs),
     ("completions", check_completions),
+    ("logit_bias and 400s", check_logit_bias_and_refusals),
     ("tool result turn", check_tool_result_turn),
     ("tool calls (forced_tokens)", check_tools),
 ]

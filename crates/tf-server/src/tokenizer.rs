@@ -6,6 +6,7 @@ use tf_core::{Error, Result};
 /// A loaded `tokenizer.json` (BPE, word-level, ... as the file says).
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    longest: Option<usize>,
 }
 
 fn invalid(what: &str, e: impl std::fmt::Display) -> Error {
@@ -19,7 +20,13 @@ impl Tokenizer {
         let text = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
         let inner = tokenizers::Tokenizer::from_bytes(&text)
             .map_err(|e| Error::BadFile { path: path.to_path_buf(), msg: format!("not a tokenizer.json: {e}") })?;
-        Ok(Tokenizer { inner })
+        let longest = longest_token(&inner);
+        Ok(Tokenizer { inner, longest })
+    }
+
+    /// The fewest tokens `bytes` bytes of text can encode to, where the model bounds a token's bytes (byte-level BPE).
+    pub fn min_tokens(&self, bytes: usize) -> Option<usize> {
+        self.longest.map(|l| bytes.div_ceil(l))
     }
 
     /// Token ids of `text`; `add_special_tokens` applies the file's post-processor template (DeepSeek's adds none).
@@ -45,6 +52,19 @@ impl Tokenizer {
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
     }
+}
+
+/// The most bytes of input one token can cover, when that is bounded: a BPE with no normalizer and no fused unknowns.
+fn longest_token(t: &tokenizers::Tokenizer) -> Option<usize> {
+    let tokenizers::ModelWrapper::BPE(bpe) = t.get_model() else { return None };
+    let normalizes = t.get_normalizer().is_some_and(|n| {
+        let v = serde_json::to_value(n).unwrap_or_default();
+        v.get("normalizers").and_then(serde_json::Value::as_array).is_none_or(|list| !list.is_empty())
+    });
+    if normalizes || (bpe.unk_token.is_some() && bpe.fuse_unk) {
+        return None;
+    }
+    t.get_vocab(true).keys().map(String::len).max().map(|l| l.max(4))
 }
 
 /// How many ids before the first new one are decoded with it, so word-joining decoders see their context.

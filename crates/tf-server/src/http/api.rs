@@ -33,10 +33,12 @@ pub struct Common {
     /// Ask for DSpark drafting; accepted now, acted on once the verify loop lands.
     #[serde(default)]
     pub draft: bool,
+    /// OpenAI `logit_bias`: token id (as a string key) to a bias in [-100, 100].
+    pub logit_bias: Option<Value>,
 }
 
 /// Field names `Common` reads, for the unknown-field warning.
-pub const COMMON_FIELDS: [&str; 15] = [
+pub const COMMON_FIELDS: [&str; 16] = [
     "model",
     "max_tokens",
     "max_completion_tokens",
@@ -50,6 +52,7 @@ pub const COMMON_FIELDS: [&str; 15] = [
     "stream_options",
     "forced_tokens",
     "draft",
+    "logit_bias",
     "user",
     "presence_penalty",
 ];
@@ -76,6 +79,7 @@ pub struct GenParams {
     pub n: usize,
     pub forced: Vec<u32>,
     pub draft: bool,
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 /// Default completion length when the request names none.
@@ -131,6 +135,9 @@ impl Common {
             Some(Stop::Many(_)) => return Err(ApiError::param("stop", "at most 4 stop sequences")),
         };
         let seed = self.seed.unwrap_or_else(fresh_seed);
+        if self.stream_options.as_ref().is_some_and(|o| !o.is_null()) && !self.stream {
+            return Err(ApiError::param("stream_options", "stream_options is only allowed when stream is true"));
+        }
         let include_usage =
             self.stream_options.as_ref().and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
         Ok(GenParams {
@@ -143,11 +150,27 @@ impl Common {
             max_tokens: if forced.is_empty() { max_tokens } else { forced.len() },
             forced,
             draft: self.draft,
+            logit_bias: logit_bias(self.logit_bias.as_ref())?,
         })
     }
 }
 
 impl GenParams {
+    /// Refuses forced tokens and biased ids outside a vocabulary of `vocab` ids.
+    pub fn check_vocab(&self, vocab: usize) -> Result<(), ApiError> {
+        let outside = |t: &u32| *t as usize >= vocab;
+        if let Some(bad) = self.forced.iter().find(|t| outside(t)) {
+            return Err(ApiError::param(
+                "forced_tokens",
+                format!("token id {bad} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        if let Some((bad, _)) = self.logit_bias.iter().find(|(t, _)| outside(t)) {
+            return Err(ApiError::param("logit_bias", format!("token id {bad} is outside the vocabulary of {vocab}")));
+        }
+        Ok(())
+    }
+
     /// The lane request of choice `index`: choice 0 keeps the request's seed, the others get seeds derived from it.
     pub fn request(&self, prompt: Vec<u32>, index: usize) -> GenRequest {
         let mut sampling = self.sampling.clone();
@@ -161,8 +184,39 @@ impl GenParams {
             stop_tokens: Vec::new(),
             logprobs: self.logprobs,
             forced: self.forced.clone(),
+            logit_bias: self.logit_bias.clone(),
         }
     }
+}
+
+/// Most entries a `logit_bias` may hold, as OpenAI allows.
+pub const MAX_LOGIT_BIAS: usize = 300;
+
+/// Parses `logit_bias` as OpenAI does: an object of token-id keys to numbers in [-100, 100]; sorted by id.
+fn logit_bias(v: Option<&Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = |m: String| ApiError::param("logit_bias", m);
+    let map = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(other) => return Err(bad(format!("logit_bias must be an object of token ids to numbers, got {other}"))),
+    };
+    if map.len() > MAX_LOGIT_BIAS {
+        return Err(bad(format!("logit_bias holds at most {MAX_LOGIT_BIAS} entries, got {}", map.len())));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for (k, v) in map {
+        let id = k.parse::<u32>().map_err(|_| bad(format!("logit_bias keys must be token ids, got {k:?}")))?;
+        let b = v.as_f64().ok_or_else(|| bad(format!("logit_bias[{k:?}] must be a number, got {v}")))?;
+        if !(-100.0..=100.0).contains(&b) {
+            return Err(bad(format!("logit_bias[{k:?}] must be in [-100, 100], got {b}")));
+        }
+        out.push((id, b as f32));
+    }
+    out.sort_by_key(|&(id, _)| id);
+    if let Some(w) = out.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(bad(format!("logit_bias names token {} twice", w[0].0)));
+    }
+    Ok(out)
 }
 
 /// A seed for requests that name none: distinct per request, so sampling is not repeated by accident.

@@ -4,8 +4,10 @@ use super::api::{Common, GenParams, warn_unknown};
 use super::complete::{Tx, Work, collect_choices, internal, now, send, stream_choices, unique_id};
 use super::drive::{Summary, chat_logprob, drive, usage};
 use super::error::ApiError;
-use super::{AppState, parse_body};
-use crate::chat::{ChatMessage, ChatOptions, CompletionStream, StreamEvent, Tool, encode_messages, parse_completion};
+use super::{AppState, parse_body, tokenize_prompt};
+use crate::chat::{
+    ChatMessage, ChatOptions, CompletionStream, StreamEvent, Tool, check_tools, encode_messages, parse_completion,
+};
 use crate::lanes::Events;
 use crate::tokenizer::Tokenizer;
 use axum::body::Bytes;
@@ -27,6 +29,7 @@ struct ChatBody {
     top_logprobs: Option<i64>,
     chat_template_kwargs: Option<Value>,
     reasoning_effort: Option<Value>,
+    tool_choice: Option<Value>,
 }
 
 const CHAT_FIELDS: [&str; 8] = [
@@ -71,19 +74,23 @@ impl Head {
 }
 
 pub async fn chat(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
-    let b: ChatBody = parse_body(&body)?;
-    warn_unknown(&body, "/v1/chat/completions", &CHAT_FIELDS);
-    let p = b.common.params(if b.logprobs { Some(b.top_logprobs.unwrap_or(0)) } else { None })?;
-    let opts = chat_options(&b)?;
-    let e = s.engine()?;
-    let text =
-        encode_messages(&b.messages, &b.tools, &opts).map_err(|err| ApiError::param("messages", err.to_string()))?;
-    let prompt = e.tok.encode(&text, false).map_err(|err| ApiError::param("messages", err.to_string()))?;
-    if let Some(bad) = p.forced.iter().find(|&&t| t as usize >= e.tok.vocab_size()) {
-        return Err(ApiError::param("forced_tokens", format!("token id {bad} is outside the vocabulary")));
-    }
+    let st = s.clone();
+    let (p, thinking, prompt) = s
+        .prepare(move || {
+            let b: ChatBody = parse_body(&body)?;
+            warn_unknown(&body, "/v1/chat/completions", &CHAT_FIELDS);
+            let p = b.common.params(if b.logprobs { Some(b.top_logprobs.unwrap_or(0)) } else { None })?;
+            let opts = chat_options(&b)?;
+            check_tools(&b.tools, b.tool_choice.as_ref()).map_err(|(param, m)| ApiError::param(param, m))?;
+            let e = st.engine()?;
+            let text = encode_messages(&b.messages, &b.tools, &opts)
+                .map_err(|err| ApiError::param("messages", err.to_string()))?;
+            let prompt = tokenize_prompt(e, &text, 0, "messages")?;
+            p.check_vocab(e.tok.vocab_size())?;
+            Ok((p, opts.thinking, prompt))
+        })
+        .await?;
     let head = Head { id: unique_id("chatcmpl-"), model: s.model_id.clone(), created: now() };
-    let thinking = opts.thinking;
     if p.stream {
         let (pp, h) = (p.clone(), head.clone());
         let work = move |i: usize, tok: &Tokenizer, prompt: &[u32], lane: Events, tx: &Tx| {

@@ -3,8 +3,8 @@
 use super::api::{Common, GenParams, warn_unknown};
 use super::drive::{Delta, Summary, drive, usage};
 use super::error::ApiError;
-use super::{AppState, parse_body, submit_error};
-use crate::lanes::{Events, TokenEvent};
+use super::{AppState, parse_body, submit_error, tokenize_prompt};
+use crate::lanes::{Canceller, Events, TokenEvent};
 use crate::tokenizer::Tokenizer;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -66,6 +66,15 @@ fn submit_all(s: &AppState, prompt: &[u32], p: &GenParams) -> Result<Vec<Events>
 /// What one choice runs on its blocking thread: its index, the tokenizer, the prompt and its lane events.
 pub(crate) type Work<T> = dyn Fn(usize, &Tokenizer, &[u32], Events) -> T + Send + Sync;
 
+/// Cancels a plain request's lanes when its handler is dropped (the client hung up); harmless once they have ended.
+struct CancelOnDrop(Vec<Canceller>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.iter().for_each(Canceller::cancel);
+    }
+}
+
 /// Runs every choice to the end on blocking threads and returns their results in choice order.
 pub(crate) async fn collect_choices<T: Send + 'static>(
     s: &Arc<AppState>,
@@ -74,6 +83,7 @@ pub(crate) async fn collect_choices<T: Send + 'static>(
     work: Arc<Work<T>>,
 ) -> Result<Vec<T>, ApiError> {
     let lanes = submit_all(s, &prompt, p)?;
+    let _hang_up = CancelOnDrop(lanes.iter().map(Events::canceller).collect());
     let tok = s.engine()?.tok.clone();
     let prompt = Arc::new(prompt);
     let mut handles = Vec::new();
@@ -153,24 +163,31 @@ fn completion_logprobs(tok: &Tokenizer, tokens: &[TokenEvent]) -> Value {
 }
 
 pub async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
-    let b: CompletionBody = parse_body(&body)?;
-    warn_unknown(&body, "/v1/completions", &["prompt", "logprobs", "echo", "suffix", "best_of"]);
-    let p = b.common.params(b.logprobs)?;
-    let e = s.engine()?;
-    let prompt = match b.prompt {
-        Prompt::Ids(ids) => ids,
-        Prompt::Text(t) => {
-            let mut ids = e.tok.encode(&t, false).map_err(|err| ApiError::param("prompt", err.to_string()))?;
-            if ids.first() != Some(&e.bos) {
-                ids.insert(0, e.bos);
+    let st = s.clone();
+    let (p, prompt) = s
+        .prepare(move || {
+            let b: CompletionBody = parse_body(&body)?;
+            warn_unknown(&body, "/v1/completions", &["prompt", "logprobs", "echo", "suffix", "best_of"]);
+            let p = b.common.params(b.logprobs)?;
+            let e = st.engine()?;
+            let prompt = match b.prompt {
+                Prompt::Ids(ids) => ids,
+                Prompt::Text(t) => {
+                    let mut ids = tokenize_prompt(e, &t, 1, "prompt")?;
+                    if ids.first() != Some(&e.bos) {
+                        ids.insert(0, e.bos);
+                    }
+                    ids
+                }
+            };
+            let vocab = e.tok.vocab_size();
+            if let Some(bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
+                return Err(ApiError::param("prompt", format!("token id {bad} is outside the vocabulary")));
             }
-            ids
-        }
-    };
-    let vocab = e.tok.vocab_size();
-    if let Some(bad) = prompt.iter().chain(&p.forced).find(|&&t| t as usize >= vocab) {
-        return Err(ApiError::param("prompt", format!("token id {bad} is outside the vocabulary")));
-    }
+            p.check_vocab(vocab)?;
+            Ok((p, prompt))
+        })
+        .await?;
     let (id, model, created) = (unique_id("cmpl-"), s.model_id.clone(), now());
     let chunk = move |i: usize, text: &str, lp: Value, finish: Option<&str>| json!({"id": id, "object": "text_completion", "created": created, "model": model, "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": finish}]});
     let with_lp = p.logprobs.is_some();

@@ -13,13 +13,14 @@ use crate::tokenizer::Tokenizer;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use error::ApiError;
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
+use tokio::sync::Semaphore;
 
 /// A loaded model ready to serve.
 pub struct Engine {
@@ -33,12 +34,34 @@ pub struct AppState {
     pub engine: OnceLock<Engine>,
     pub model_id: String,
     pub api_key: Option<String>,
+    /// Bounds the requests being parsed and tokenized at once, off the HTTP runtime's threads.
+    prep: Arc<Semaphore>,
 }
 
 /// Largest request body accepted; a chat history far past the context still fits.
 pub const BODY_LIMIT: usize = 16 << 20;
 
 impl AppState {
+    /// State for `model_id`, with its model still to load.
+    pub fn new(model_id: String, api_key: Option<String>) -> AppState {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        AppState { engine: OnceLock::new(), model_id, api_key, prep: Arc::new(Semaphore::new(cores.clamp(1, 4))) }
+    }
+
+    /// Runs a request's parsing and tokenization on the blocking pool, a few at a time, so `/health` never waits on it.
+    pub(crate) async fn prepare<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let permit = self.prep.clone().acquire_owned().await.map_err(complete::internal)?;
+        let job = tokio::task::spawn_blocking(move || {
+            let r = work();
+            drop(permit);
+            r
+        });
+        job.await.map_err(complete::internal)?
+    }
+
     pub(crate) fn engine(&self) -> Result<&Engine, ApiError> {
         self.engine.get().ok_or_else(|| ApiError::status(StatusCode::SERVICE_UNAVAILABLE, "the model is still loading"))
     }
@@ -57,9 +80,48 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .merge(api)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn(declared_size))
+        .layer(middleware::from_fn(json_errors))
         .with_state(state)
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::status(StatusCode::NOT_FOUND, format!("no route for {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::status(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed on {}", uri.path()))
+}
+
+/// Rewrites any error reply that is not JSON yet (axum's own rejections: a body over the limit, a bad content type) into OpenAI's shape.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let res = next.run(req).await;
+    let status = res.status();
+    let is_json = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return res;
+    }
+    let (parts, body) = res.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let message = match text.trim() {
+        "" => status.canonical_reason().unwrap_or("error").to_string(),
+        t => t.to_string(),
+    };
+    let mut out = ApiError::status(status, message).into_response();
+    for (name, value) in
+        parts.headers.iter().filter(|(n, _)| *n != header::CONTENT_TYPE && *n != header::CONTENT_LENGTH)
+    {
+        out.headers_mut().insert(name.clone(), value.clone());
+    }
+    out
 }
 
 /// Refuses a body whose declared length is past the limit before reading any of it.
@@ -108,6 +170,21 @@ pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result
     serde_json::from_str(text).map_err(|e| ApiError::bad(format!("invalid request JSON: {e}")))
 }
 
+/// Tokenizes a prompt, first refusing text whose byte count alone proves it cannot fit (`extra`: ids the server adds).
+pub(crate) fn tokenize_prompt(e: &Engine, text: &str, extra: usize, param: &'static str) -> Result<Vec<u32>, ApiError> {
+    let max = e.host.max_context();
+    if let Some(least) = e.tok.min_tokens(text.len()).map(|n| n + extra)
+        && least >= max
+    {
+        let bytes = text.len();
+        return Err(ApiError::param(
+            param,
+            format!("prompt of at least {least} tokens ({bytes} bytes) does not fit the context of {max} tokens"),
+        ));
+    }
+    e.tok.encode(text, false).map_err(|err| ApiError::param(param, err.to_string()))
+}
+
 pub(crate) fn submit_error(e: SubmitError) -> ApiError {
     match e {
         SubmitError::QueueFull => ApiError::status(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
@@ -117,25 +194,33 @@ pub(crate) fn submit_error(e: SubmitError) -> ApiError {
 }
 
 async fn tokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
-    let e = s.engine()?;
-    let v: Value = parse_body(&body)?;
-    let text = v
-        .get("prompt")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::param("prompt", "`prompt` must be a string"))?;
-    let ids = e.tok.encode(text, false).map_err(|err| ApiError::bad(err.to_string()))?;
-    Ok(axum::Json(json!({"tokens": ids, "count": ids.len()})).into_response())
+    let st = s.clone();
+    s.prepare(move || {
+        let e = st.engine()?;
+        let v: Value = parse_body(&body)?;
+        let text = v
+            .get("prompt")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::param("prompt", "`prompt` must be a string"))?;
+        let ids = e.tok.encode(text, false).map_err(|err| ApiError::bad(err.to_string()))?;
+        Ok(axum::Json(json!({"tokens": ids, "count": ids.len()})).into_response())
+    })
+    .await
 }
 
 async fn detokenize(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
-    let e = s.engine()?;
-    let v: Value = parse_body(&body)?;
-    let ids: Vec<u32> = serde_json::from_value(v.get("tokens").cloned().unwrap_or(Value::Null))
-        .map_err(|_| ApiError::param("tokens", "`tokens` must be a list of token ids"))?;
-    let vocab = e.tok.vocab_size() as u32;
-    if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
-        return Err(ApiError::param("tokens", format!("token id {bad} is outside the vocabulary of {vocab}")));
-    }
-    let text = e.tok.decode(&ids, false).map_err(|err| ApiError::bad(err.to_string()))?;
-    Ok(axum::Json(json!({"prompt": text})).into_response())
+    let st = s.clone();
+    s.prepare(move || {
+        let e = st.engine()?;
+        let v: Value = parse_body(&body)?;
+        let ids: Vec<u32> = serde_json::from_value(v.get("tokens").cloned().unwrap_or(Value::Null))
+            .map_err(|_| ApiError::param("tokens", "`tokens` must be a list of token ids"))?;
+        let vocab = e.tok.vocab_size() as u32;
+        if let Some(bad) = ids.iter().find(|&&t| t >= vocab) {
+            return Err(ApiError::param("tokens", format!("token id {bad} is outside the vocabulary of {vocab}")));
+        }
+        let text = e.tok.decode(&ids, false).map_err(|err| ApiError::bad(err.to_string()))?;
+        Ok(axum::Json(json!({"prompt": text})).into_response())
+    })
+    .await
 }

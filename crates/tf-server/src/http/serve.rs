@@ -4,7 +4,7 @@ use super::{AppState, Engine, router};
 use crate::lanes::{LaneHost, Limits, load_dsv41};
 use crate::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Everything `tf serve` is told on its command line.
 #[derive(Clone, Debug)]
@@ -130,7 +130,7 @@ pub fn load_engine(
 pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> std::io::Result<()> {
     let dir = cfg.model_dir.clone().unwrap_or_else(default_model_dir);
     let model_id = dir.file_name().map_or_else(|| "dsv41".into(), |n| n.to_string_lossy().into_owned());
-    let state = Arc::new(AppState { engine: OnceLock::new(), model_id, api_key: cfg.api_key.clone() });
+    let state = Arc::new(AppState::new(model_id, cfg.api_key.clone()));
     let loader = state.clone();
     let default = cfg.model_dir.is_none();
     tokio::task::spawn_blocking(move || {
