@@ -3,6 +3,8 @@
 mod bench;
 mod bench_engram;
 mod bench_engram_reuse;
+mod gate;
+mod gate_stats;
 mod lean_check;
 mod make_tiny;
 
@@ -15,6 +17,10 @@ usage: cargo xtask <command> [options]
 commands:
   bench cpu [criterion args] | bench gpu | bench engram [--size-gb G ...] | bench engram-reuse [PATH ...]
       cpu: the matmul, qgemm and fp4 benchmarks; gpu: build gpu-carry/ and run (or explain) scripts/gpu-check.sh
+  gate --candidate SWITCHES [--model DIR] [--device cpu|cuda[:N]] [--prompts FILE] [--thresholds FILE]
+       [--prefill-frac F] [--window N] [--max-positions N] [--out FILE]
+      the exact path and a candidate (exact, wide-sums, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs)
+      teacher-forced on assets/gate/prompts.json: KL, greedy agreement, top-1, NLL against assets/gate/thresholds.json
   lean-check [--root DIR] [--update-baseline]
       check the lean rules (file length, one-line comments) against lean-baseline.txt
   make-tiny --out DIR [--config tiny|small] [--seed N]
@@ -31,6 +37,7 @@ fn main() -> ExitCode {
     let rest: Vec<String> = args.collect();
     match command.as_str() {
         "bench" => bench::run(&rest),
+        "gate" => gate::run(&rest),
         "lean-check" => lean_check::run(&rest),
         "make-tiny" => make_tiny::run(&rest),
         "-h" | "--help" | "help" => {
