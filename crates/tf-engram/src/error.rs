@@ -9,11 +9,6 @@ pub enum EngramError {
     Config(String),
     #[error("token map: {0}")]
     TokenMap(String),
-    #[error(
-        "no precomputed hash multipliers for layer {layer} with compressed vocab {compressed_vocab}; \
-         run assets/deepseek-v4/make_multipliers.py and pass them to NgramHasher::with_multipliers"
-    )]
-    UnknownMultipliers { layer: usize, compressed_vocab: u32 },
     #[error("token id {token} is outside the token map ({len} ids)")]
     TokenOutOfRange { token: u32, len: usize },
     #[error("compressed id {id} is outside 0..{classes} (and is not DEAD = -1)")]

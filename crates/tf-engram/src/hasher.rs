@@ -2,7 +2,7 @@
 
 use crate::history::{DEAD, DEFAULT_MAX_ROLLBACK, NgramHistory};
 use crate::layout::{EngramConfig, EngramLayout};
-use crate::multipliers::multipliers;
+use crate::multipliers::multipliers_n;
 use crate::token_map::TokenMap;
 use crate::{EngramError, Result};
 use std::sync::Arc;
@@ -58,15 +58,11 @@ pub struct NgramHasher {
 }
 
 impl NgramHasher {
-    /// A hasher with the shipped multipliers for the config's layers and compressed vocab.
+    /// A hasher with the reference's multipliers (numpy draws, see `multipliers`) for the config's layers and vocab.
     pub fn new(cfg: &EngramConfig, token_map: Arc<TokenMap>) -> Result<NgramHasher> {
         check_classes(cfg, &token_map)?;
-        let mut table = Vec::with_capacity(cfg.layer_ids.len());
-        for &layer in &cfg.layer_ids {
-            let m = multipliers(cfg.compressed_vocab_size, layer)
-                .ok_or(EngramError::UnknownMultipliers { layer, compressed_vocab: cfg.compressed_vocab_size })?;
-            table.push(m.to_vec());
-        }
+        let n = cfg.max_ngram_size;
+        let table = cfg.layer_ids.iter().map(|&layer| multipliers_n(cfg.compressed_vocab_size, layer, n)).collect();
         NgramHasher::with_multipliers(cfg, token_map, table)
     }
 
