@@ -44,7 +44,7 @@ impl Switches {
         tf_dsv41::Options {
             wide_sums: self.wide_sums,
             exl3_fast: self.exl3_fast,
-            exl3_prompt_gemm: self.exl3_prompt_gemm.then_some(16),
+            exl3_prompt_gemm: self.exl3_prompt_gemm.then_some(256),
             prefill_mxfp4: self.prefill_mxfp4.then_some(tf_dsv41::PrefillMxfp4 { layers: usize::MAX, min_rows: 2048 }),
             ..tf_dsv41::Options::default()
         }
@@ -90,7 +90,9 @@ fn parse(args: &[String]) -> Result<Args, String> {
                 a.device = match value()?.as_str() {
                     "cpu" => None,
                     "cuda" => Some(0),
-                    d => Some(d.strip_prefix("cuda:").and_then(|n| n.parse().ok()).ok_or("--device: cpu, cuda, cuda:N")?),
+                    d => Some(
+                        d.strip_prefix("cuda:").and_then(|n| n.parse().ok()).ok_or("--device: cpu, cuda, cuda:N")?,
+                    ),
                 }
             }
             "--candidate" => a.candidate = value()?,
@@ -98,7 +100,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--thresholds" => a.thresholds = value()?.into(),
             "--prefill-frac" => {
                 let v = value()?;
-                a.prefill_frac = v.parse().ok().filter(|f| (0.0..1.0).contains(f)).ok_or("--prefill-frac: in [0, 1)")?;
+                a.prefill_frac =
+                    v.parse().ok().filter(|f| (0.0..1.0).contains(f)).ok_or("--prefill-frac: in [0, 1)")?;
             }
             "--window" => a.window = num(value()?)?.max(1),
             "--max-positions" => a.max_positions = Some(num(value()?)?),
