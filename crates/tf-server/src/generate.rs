@@ -117,49 +117,6 @@ pub struct Args {
     pub engram_from: Option<PathBuf>,
 }
 
-pub const USAGE: &str =
-    "usage: tf generate --model DIR --prompt TEXT [--max-tokens N] [--chunk N] [--no-replay] [--engram-from DIR]
-  --model DIR       checkpoint directory with config.json, safetensors shards and tokenizer.json
-  --prompt TEXT     prompt text (BOS is prepended)
-  --max-tokens N    stop after N generated tokens (default 32); EOS stops earlier
-  --chunk N         prefill the prompt N tokens at a time (default: all at once)
-  --no-replay       load with CED bounded replay off
-  --engram-from DIR take the Engram tables from DeepSeek's original checkpoint (an EXL3 one has none)";
-
-fn count(flag: &str, v: &str, min: usize) -> std::result::Result<usize, String> {
-    match v.parse::<usize>() {
-        Ok(n) if n >= min => Ok(n),
-        _ => Err(format!("{flag} needs an integer of at least {min}, got `{v}`")),
-    }
-}
-
-/// Parses the flags after `generate`; `Ok(None)` asks for help.
-pub fn parse_args(args: &[String]) -> std::result::Result<Option<Args>, String> {
-    let (mut model, mut prompt, mut max_tokens, mut chunk, mut replay) = (None, None, 32, None, true);
-    let mut engram_from = None;
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = || inline.clone().or_else(|| it.next().cloned()).ok_or(format!("{flag} needs a value"));
-        match flag {
-            "-h" | "--help" => return Ok(None),
-            "--model" => model = Some(PathBuf::from(value()?)),
-            "--prompt" => prompt = Some(value()?),
-            "--max-tokens" => max_tokens = count(flag, &value()?, 0)?,
-            "--chunk" => chunk = Some(count(flag, &value()?, 1)?),
-            "--no-replay" if inline.is_none() => replay = false,
-            "--engram-from" => engram_from = Some(PathBuf::from(value()?)),
-            other => return Err(format!("unexpected argument `{other}`")),
-        }
-    }
-    let model = model.ok_or("--model DIR is required")?;
-    let prompt = prompt.ok_or("--prompt TEXT is required")?;
-    Ok(Some(Args { model, prompt, max_tokens, chunk, replay, engram_from }))
-}
-
 /// A model and its tokenizer, loaded from one checkpoint directory.
 pub struct Loaded {
     pub model: tf_dsv41::Model,

@@ -1,6 +1,7 @@
 //! TensorFold-rs server crate: the `tf` command line (and, in later work, the OpenAI-compatible server).
 
 pub mod chat;
+pub mod cli;
 pub mod generate;
 pub mod http;
 pub mod inspect;

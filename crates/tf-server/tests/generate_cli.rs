@@ -86,19 +86,25 @@ fn a_directory_without_a_checkpoint_fails_with_exit_1() {
 fn usage_errors_exit_2() {
     let out = tf(&["generate", "--model", "/x", "--prompt", "p", "--temperature", "0.7"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8(out.stderr).unwrap().contains("`--temperature`"));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("'--temperature'"));
     assert_eq!(tf(&["generate", "--prompt", "p"]).status.code(), Some(2));
     assert_eq!(tf(&["frobnicate"]).status.code(), Some(2));
     assert!(tf(&["generate", "--help"]).status.success());
+    let help = tf(&["serve", "--help"]);
+    let help = String::from_utf8(help.stdout).unwrap();
+    for flag in ["--model", "--device", "--prefix-cache-tokens", "--prefill-mxfp4-min-rows", "--engram-from"] {
+        assert!(help.contains(flag), "serve --help names {flag}");
+    }
+    assert!(tf(&["serve", "--port=0", "--max-lanes=0x"]).status.code() == Some(2), "--flag=value and bad counts");
     let graphs_on_cpu = tf(&["serve", "--cuda-graphs", "--port", "0"]);
     assert_eq!(graphs_on_cpu.status.code(), Some(2));
     assert!(String::from_utf8(graphs_on_cpu.stderr).unwrap().contains("--cuda-graphs needs --device cuda"));
     let bad_kernels = tf(&["serve", "--exl3-kernels", "turbo", "--port", "0"]);
     assert_eq!(bad_kernels.status.code(), Some(2));
-    assert!(String::from_utf8(bad_kernels.stderr).unwrap().contains("--exl3-kernels: `turbo` is not exact or fast"));
+    assert!(String::from_utf8(bad_kernels.stderr).unwrap().contains("invalid value 'turbo' for '--exl3-kernels"));
     for (args, says) in [
         (&["serve", "--exl3-prompt", "gemm", "--port", "0"][..], "--exl3-prompt gemm needs --device cuda"),
-        (&["serve", "--exl3-prompt", "fast", "--port", "0"][..], "--exl3-prompt: `fast` is not gemv or gemm"),
+        (&["serve", "--exl3-prompt", "fast", "--port", "0"][..], "invalid value 'fast' for '--exl3-prompt"),
         (
             &["serve", "--exl3-prompt-min-rows", "64", "--port", "0"][..],
             "--exl3-prompt-min-rows needs --exl3-prompt gemm",

@@ -1,7 +1,9 @@
 //! The greedy loop and `tf generate`'s flags, on a scripted model with no checkpoint.
 
+use clap::Parser;
 use tf_core::Result;
-use tf_server::generate::{Args, Stepper, argmax, greedy, parse_args};
+use tf_server::cli::{Cli, Command};
+use tf_server::generate::{Args, Stepper, argmax, greedy};
 
 /// A model whose next id is fixed by a script; it records the prefill chunks it was fed.
 struct Script {
@@ -91,7 +93,12 @@ fn stats_line_names_counts_and_rates() {
 }
 
 fn args(s: &[&str]) -> std::result::Result<Option<Args>, String> {
-    parse_args(&s.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    match Cli::try_parse_from(["tf", "generate"].iter().chain(s)) {
+        Ok(Cli { command: Command::Generate(g) }) => Ok(Some(g.into_args())),
+        Ok(other) => Err(format!("not generate: {other:?}")),
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[test]
@@ -113,6 +120,6 @@ fn bad_flags_are_explained() {
     assert!(err(&["--model", "m"]).contains("--prompt"));
     assert!(err(&["--model", "m", "--prompt", "x", "--chunk", "0"]).contains("--chunk"));
     assert!(err(&["--model", "m", "--prompt", "x", "--max-tokens", "-1"]).contains("--max-tokens"));
-    assert!(err(&["--model", "m", "--prompt", "x", "--bogus"]).contains("`--bogus`"));
-    assert!(err(&["--model"]).contains("needs a value"));
+    assert!(err(&["--model", "m", "--prompt", "x", "--bogus"]).contains("'--bogus'"));
+    assert!(err(&["--model"]).contains("a value is required for '--model <DIR>'"));
 }

@@ -1,0 +1,251 @@
+//! The `tf` command line (clap derive): `serve`, `generate` and `inspect`, with the loading flags defined once.
+
+use crate::generate;
+use crate::http::serve::{Device, ServeConfig};
+use crate::lanes::{Admission, Limits};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(name = "tf", version, about = "TensorFold-rs: DeepSeek-V4.1-Flash inference")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// OpenAI-compatible server (no --model: the small dsv41 model, written on first run)
+    Serve(Box<ServeArgs>),
+    /// Greedy text from a prompt on the CPU reference model
+    Generate(GenerateArgs),
+    /// List a checkpoint directory, model.safetensors.index.json, or one .safetensors file
+    Inspect(InspectArgs),
+}
+
+/// How a checkpoint loads: shared by `serve` and `generate`.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct LoadArgs {
+    /// Load with CED bounded replay off
+    #[arg(long)]
+    pub no_replay: bool,
+    /// Take the Engram tables from DeepSeek's original checkpoint (an EXL3 one has none)
+    #[arg(long, value_name = "DIR")]
+    pub engram_from: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct GenerateArgs {
+    /// Checkpoint directory with config.json, safetensors shards and tokenizer.json
+    #[arg(long, value_name = "DIR")]
+    pub model: PathBuf,
+    /// Prompt text (BOS is prepended)
+    #[arg(long, value_name = "TEXT")]
+    pub prompt: String,
+    /// Stop after N generated tokens; EOS stops earlier
+    #[arg(long, value_name = "N", default_value_t = 32, allow_negative_numbers = true)]
+    pub max_tokens: usize,
+    /// Prefill the prompt N tokens at a time (default: all at once)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
+    pub chunk: Option<u64>,
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+impl GenerateArgs {
+    pub fn into_args(self) -> generate::Args {
+        generate::Args {
+            model: self.model,
+            prompt: self.prompt,
+            max_tokens: self.max_tokens,
+            chunk: self.chunk.map(|c| c as usize),
+            replay: !self.load.no_replay,
+            engram_from: self.load.engram_from,
+        }
+    }
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct InspectArgs {
+    /// A checkpoint directory, an index file or one .safetensors shard
+    pub path: PathBuf,
+    /// Only tensors whose name contains TEXT
+    #[arg(long, value_name = "TEXT")]
+    pub filter: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngramIo {
+    Mapped,
+    Mmap,
+    Direct,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Exl3Kernels {
+    Exact,
+    Fast,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Exl3Prompt {
+    Gemv,
+    Gemm,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrefillExperts {
+    Exl3,
+    Mxfp4,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AdmissionArg {
+    Fifo,
+    ShortFirst,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Checkpoint directory (default: the small synthetic dsv41 model, written on first run)
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
+    /// Where the model runs: cpu, cuda or cuda:N
+    #[arg(long, default_value = "cpu", value_parser = |s: &str| s.parse::<Device>())]
+    pub device: Device,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1, /tokenize and /detokenize
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Engram rows from the mapped checkpoint, or read from its shards by mmap or O_DIRECT
+    #[arg(long, value_enum, default_value = "mapped")]
+    pub engram_io: EngramIo,
+    /// Rows of each disk table kept decoded in host memory (needs --engram-io mmap|direct)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub engram_cache_rows: usize,
+    /// Tier-2 switch: RMSNorm and mHC x² in 32 lanes (not gated yet)
+    #[arg(long)]
+    pub wide_sums: bool,
+    /// Record each decode step as a CUDA graph (same bits; needs --device cuda)
+    #[arg(long)]
+    pub cuda_graphs: bool,
+    /// EXL3 on the GPU: the exact kernels, or tensor cores (tier 2)
+    #[arg(long, value_enum, default_value = "exact")]
+    pub exl3_kernels: Exl3Kernels,
+    /// EXL3 prompt calls: the GEMV, or an fp16 GEMM past --exl3-prompt-min-rows (tier 2, needs --device cuda)
+    #[arg(long, value_enum, default_value = "gemv")]
+    pub exl3_prompt: Exl3Prompt,
+    /// Rows from which EXL3 prompt calls take the GEMM (default 256; needs --exl3-prompt gemm)
+    #[arg(long, value_name = "N")]
+    pub exl3_prompt_min_rows: Option<usize>,
+    /// Routed experts of long prompt chunks: EXL3, or MXFP4 copies (tier 2)
+    #[arg(long, value_enum, default_value = "exl3")]
+    pub prefill_experts: PrefillExperts,
+    /// Encoder layers that get MXFP4 prefill experts (default all; needs --prefill-experts mxfp4)
+    #[arg(long, value_name = "N")]
+    pub prefill_mxfp4_layers: Option<usize>,
+    /// Chunks of fewer rows keep EXL3 (default 2048; needs --prefill-experts mxfp4)
+    #[arg(long, value_name = "N")]
+    pub prefill_mxfp4_min_rows: Option<usize>,
+    /// Requests running at once
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_lanes)]
+    pub max_lanes: usize,
+    /// Requests waiting; past it, 429
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_queue)]
+    pub max_queue: usize,
+    /// Prompt tokens waiting; past it, 429
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_queued_tokens)]
+    pub max_queued_tokens: usize,
+    /// Prompt plus max_tokens over running lanes; admission waits past it (default unlimited)
+    #[arg(long, value_name = "N")]
+    pub max_active_tokens: Option<usize>,
+    /// Prompt rows per prefill step
+    #[arg(long, value_name = "N", default_value_t = Limits::default().prefill_chunk)]
+    pub prefill_chunk: usize,
+    /// Which waiting request gets the next lane
+    #[arg(long, value_enum, default_value = "fifo")]
+    pub admission: AdmissionArg,
+    /// Prompt-cache granularity in tokens
+    #[arg(long, value_name = "N", default_value_t = Limits::default().prefix_block)]
+    pub prefix_block: usize,
+    /// Tokens held in prompt-cache snapshots altogether (0: off)
+    #[arg(long, value_name = "N", default_value_t = Limits::default().prefix_cache_tokens)]
+    pub prefix_cache_tokens: usize,
+}
+
+impl ServeArgs {
+    /// The server's configuration, after the checks between flags that clap cannot express alone.
+    pub fn into_config(self) -> Result<ServeConfig, String> {
+        let cpu = self.device == Device::Cpu;
+        let mxfp4 = self.prefill_experts == PrefillExperts::Mxfp4;
+        // TensorFold's adopted threshold: chunks under 2048 rows (decode, verify windows, short prompts) keep EXL3.
+        let prefill_mxfp4 = match (mxfp4, self.prefill_mxfp4_layers, self.prefill_mxfp4_min_rows) {
+            (true, layers, min_rows) => Some(tf_dsv41::PrefillMxfp4 {
+                layers: layers.unwrap_or(usize::MAX),
+                min_rows: min_rows.unwrap_or(2048),
+            }),
+            (false, None, None) => None,
+            (false, ..) => {
+                return Err("--prefill-mxfp4-layers and --prefill-mxfp4-min-rows need --prefill-experts mxfp4".into());
+            }
+        };
+        let engram_io = match self.engram_io {
+            EngramIo::Mapped => None,
+            EngramIo::Mmap => Some(tf_engram::IoMode::Mmap),
+            EngramIo::Direct => Some(tf_engram::IoMode::Direct),
+        };
+        if self.engram_cache_rows > 0 && engram_io.is_none() {
+            return Err("--engram-cache-rows needs --engram-io mmap|direct (mapped tables are in memory)".into());
+        }
+        // Run 15's numbers put the routed experts' crossover near 256 rows (docs/exl3.md); decode rows stay on the GEMV.
+        let exl3_prompt_gemm = match (self.exl3_prompt == Exl3Prompt::Gemm, self.exl3_prompt_min_rows) {
+            (true, Some(rows)) if rows < 2 => {
+                return Err("--exl3-prompt-min-rows must be at least 2: one-row decode steps stay on the GEMV".into());
+            }
+            (true, rows) => Some(rows.unwrap_or(256)),
+            (false, None) => None,
+            (false, Some(_)) => return Err("--exl3-prompt-min-rows needs --exl3-prompt gemm".into()),
+        };
+        if exl3_prompt_gemm.is_some() && cpu {
+            return Err("--exl3-prompt gemm needs --device cuda (the CPU reference has no GEMM path)".into());
+        }
+        if self.cuda_graphs && cpu {
+            return Err("--cuda-graphs needs --device cuda".into());
+        }
+        let limits = Limits {
+            max_lanes: self.max_lanes,
+            max_queue: self.max_queue,
+            max_queued_tokens: self.max_queued_tokens,
+            max_active_tokens: self.max_active_tokens.unwrap_or(usize::MAX),
+            prefill_chunk: self.prefill_chunk,
+            admission: match self.admission {
+                AdmissionArg::Fifo => Admission::Fifo,
+                AdmissionArg::ShortFirst => Admission::ShortFirst,
+            },
+            prefix_block: self.prefix_block,
+            prefix_cache_tokens: self.prefix_cache_tokens,
+        };
+        Ok(ServeConfig {
+            model_dir: self.model,
+            host: self.host,
+            port: self.port,
+            api_key: self.api_key,
+            limits,
+            replay: !self.load.no_replay,
+            device: self.device,
+            engram_io,
+            engram_cache_rows: self.engram_cache_rows,
+            engram_from: self.load.engram_from,
+            wide_sums: self.wide_sums,
+            exl3_fast: self.exl3_kernels == Exl3Kernels::Fast,
+            exl3_prompt_gemm,
+            prefill_mxfp4,
+            cuda_graphs: self.cuda_graphs,
+        })
+    }
+}
