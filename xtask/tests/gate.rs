@@ -6,7 +6,12 @@ use std::process::Command;
 
 fn gate(dir: &Path, extra: &[&str]) -> (i32, Value, String) {
     let prompts = dir.join("prompts.json");
-    let text = |seed: usize, n: usize| (0..n).map(|i| format!("w{} W{}", 3 + (i * 7 + seed) % 200, 4 + (i * 11 + seed) % 200)).collect::<Vec<_>>().join(" ");
+    let text = |seed: usize, n: usize| {
+        (0..n)
+            .map(|i| format!("w{} W{}", 3 + (i * 7 + seed) % 200, 4 + (i * 11 + seed) % 200))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     let set = json!({"prompts": [
         {"name": "a", "kind": "code", "text": text(1, 40)},
         {"name": "b", "kind": "prose", "text": text(5, 30)},
