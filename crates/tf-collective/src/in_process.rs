@@ -1,7 +1,8 @@
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::op::{self, Contribution, Kind, Op, Payload};
@@ -58,9 +59,9 @@ impl InProcessComm {
         (0..world).map(|rank| InProcessComm { rank, shared: Arc::clone(&shared), _not_sync: PhantomData }).collect()
     }
 
+    /// parking_lot's lock has no poison: a rank that panics under it still breaks the group in Drop, so peers error instead of hanging.
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A rank that panics under the lock still breaks the group in Drop, so peers error instead of hanging.
-        self.shared.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.shared.state.lock()
     }
 
     /// Runs one round: deposit, let the last arrival combine, then copy this rank's share with `take`.
@@ -71,7 +72,7 @@ impl InProcessComm {
             if let Some(err) = &st.broken {
                 return Err(err.clone());
             }
-            st = self.wait(st, deadline)?;
+            self.wait(&mut st, deadline)?;
         }
         if let Some(err) = &st.broken {
             return Err(err.clone());
@@ -98,7 +99,7 @@ impl InProcessComm {
             if let Some(err) = &st.broken {
                 return Err(err.clone());
             }
-            st = self.wait(st, deadline)?;
+            self.wait(&mut st, deadline)?;
         };
         st.picked += 1;
         if st.picked == self.shared.world {
@@ -109,13 +110,10 @@ impl InProcessComm {
         result
     }
 
-    fn wait<'a>(
-        &self,
-        mut st: MutexGuard<'a, State>,
-        deadline: Option<(Instant, Duration)>,
-    ) -> Result<MutexGuard<'a, State>, CommError> {
+    fn wait(&self, st: &mut MutexGuard<'_, State>, deadline: Option<(Instant, Duration)>) -> Result<(), CommError> {
         let Some((at, after)) = deadline else {
-            return Ok(self.shared.changed.wait(st).unwrap_or_else(PoisonError::into_inner));
+            self.shared.changed.wait(st);
+            return Ok(());
         };
         let now = Instant::now();
         if now >= at {
@@ -125,8 +123,8 @@ impl InProcessComm {
             self.shared.changed.notify_all();
             return Err(err);
         }
-        let (st, _) = self.shared.changed.wait_timeout(st, at - now).unwrap_or_else(PoisonError::into_inner);
-        Ok(st)
+        self.shared.changed.wait_for(st, at - now);
+        Ok(())
     }
 }
 

@@ -4,7 +4,7 @@ use crate::error::{DriverResultExt, Error};
 use crate::gpu::Gpu;
 use crate::pool::PoolBuf;
 use cudarc::driver::{CudaEvent, PinnedHostSlice};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use parking_lot::{Mutex, MutexGuard};
 
 struct Slot {
     host: PinnedHostSlice<u8>,
@@ -52,7 +52,7 @@ impl PinnedRing {
         if gpu.pool().capturing() {
             return Ok(Staged { gpu, held: None, heap: vec![0; len.div_ceil(8)], len });
         }
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut st = self.state.lock();
         let i = st.1;
         st.1 ^= 1;
         if let Some(s) = &st.0[i] {

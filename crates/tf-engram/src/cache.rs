@@ -2,8 +2,8 @@
 
 use crate::table::{EngramTable, check_gather};
 use crate::{EngramError, Result};
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tf_core::bf16;
 
@@ -106,7 +106,7 @@ impl<T: EngramTable> EngramTable for CachedTable<T> {
         let dim = self.dim();
         let mut miss = Vec::new();
         {
-            let mut st = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut st = self.state.lock();
             let (clock, arena) = &mut *st;
             for (i, (&id, o)) in ids.iter().zip(out.chunks_exact_mut(dim)).enumerate() {
                 match clock.get(id) {
@@ -124,7 +124,7 @@ impl<T: EngramTable> EngramTable for CachedTable<T> {
         let miss_ids: Vec<u64> = miss.iter().map(|&i| ids[i]).collect();
         let mut rows = vec![bf16::ZERO; miss.len() * dim];
         self.inner.gather(&miss_ids, &mut rows)?;
-        let mut st = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut st = self.state.lock();
         let (clock, arena) = &mut *st;
         for ((&i, &id), row) in miss.iter().zip(&miss_ids).zip(rows.chunks_exact(dim)) {
             out[i * dim..(i + 1) * dim].copy_from_slice(row);

@@ -1,17 +1,31 @@
 //! The `tf` command: `serve` (the OpenAI-compatible server), `generate` (greedy text) and `inspect` (a checkpoint's tensors).
 
 use clap::Parser;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use tf_server::cli::{Cli, Command, GenerateArgs, InspectArgs, ServeArgs};
 use tf_server::generate;
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    init_logs();
+    match cli.command {
         Command::Serve(a) => serve(*a),
         Command::Generate(a) => generate(a),
         Command::Inspect(a) => inspect(a),
     }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`), e.g. `RUST_LOG=tf_server=debug`.
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let ansi = std::io::stderr().is_terminal();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(false)
+        .init();
 }
 
 fn inspect(a: InspectArgs) -> ExitCode {

@@ -24,12 +24,12 @@ pub struct GpuModel {
     pub head: Mat,
     pub opts: Options,
     /// When `Some`, every MoE call appends its routed expert ids (a bench counts the expert bytes it touched).
-    pub route_log: std::sync::Mutex<Option<Vec<Vec<i32>>>>,
+    pub route_log: parking_lot::Mutex<Option<Vec<Vec<i32>>>>,
     /// When `Some`, phases run between syncs and add (host enqueue s, total s, calls) under their name: the bench's breakdown.
-    pub profile: std::sync::Mutex<Option<Profile>>,
+    pub profile: parking_lot::Mutex<Option<Profile>>,
     /// Decode steps run as one CUDA graph each (`Gpu::replay`), after a first step of each row count runs directly.
     pub graphs: bool,
-    pub(crate) graph_warm: std::sync::Mutex<std::collections::HashSet<usize>>,
+    pub(crate) graph_warm: parking_lot::Mutex<std::collections::HashSet<usize>>,
     /// Pinned buffers each layer's Engram rows are gathered into, then copied once per layer per call.
     pub(crate) engram_staging: tf_cuda::pinned::PinnedRing,
 }
@@ -81,9 +81,9 @@ pub fn open_gpu(ordinal: usize) -> Result<&'static Gpu, Error> {
     Ok(Box::leak(Box::new(Gpu::open(ordinal)?)))
 }
 
-/// The model's bookkeeping locks (profile, route log, warm shapes); each holder leaves its value whole, so poison is ignored.
-pub(crate) fn unlocked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// The model's bookkeeping locks (profile, route log, warm shapes): parking_lot's, which have no poison to ignore.
+pub(crate) fn unlocked<T>(m: &parking_lot::Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 fn cuda_err(e: Error) -> tf_core::Error {

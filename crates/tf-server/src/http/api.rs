@@ -63,7 +63,7 @@ pub fn warn_unknown(body: &[u8], endpoint: &str, own: &[&str]) {
     let unknown: Vec<&str> =
         map.keys().map(String::as_str).filter(|k| !COMMON_FIELDS.contains(k) && !own.contains(k)).collect();
     if !unknown.is_empty() {
-        eprintln!("tf serve: {endpoint}: ignoring unknown request fields: {}", unknown.join(", "));
+        tracing::warn!(endpoint, "ignoring unknown request fields: {}", unknown.join(", "));
     }
 }
 

@@ -89,13 +89,13 @@ pub fn ensure_default_model(dir: &Path) -> Result<(), String> {
     if dir.join("model.safetensors.index.json").is_file() {
         return Ok(());
     }
-    eprintln!("tf serve: writing the small synthetic dsv41 model to {} (first run only) …", dir.display());
+    tracing::info!(dir = %dir.display(), "writing the small synthetic dsv41 model (first run only)");
     let t = std::time::Instant::now();
     let tmp = dir.with_extension("partial");
     let _ = std::fs::remove_dir_all(&tmp);
     tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Small, 0, &tmp).map_err(|e| e.to_string())?;
     std::fs::rename(&tmp, dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    eprintln!("tf serve: model written in {:.1} s", t.elapsed().as_secs_f32());
+    tracing::info!(seconds = t.elapsed().as_secs_f32(), "model written");
     Ok(())
 }
 
@@ -156,10 +156,10 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
         match loaded {
             Ok(e) => {
                 let _ = loader.engine.set(e);
-                eprintln!("tf serve: model loaded, ready");
+                tracing::info!("model loaded, ready");
             }
             Err(e) => {
-                eprintln!("tf serve: cannot load the model: {e}");
+                tracing::error!("cannot load the model: {e}");
                 std::process::exit(1);
             }
         }
@@ -177,7 +177,7 @@ pub fn run(cfg: ServeConfig) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
             .await
             .map_err(|e| format!("bind {}:{}: {e}", cfg.host, cfg.port))?;
-        eprintln!("tf serve: listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+        tracing::info!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
         serve_on(listener, cfg).await.map_err(|e| e.to_string())
     })
 }

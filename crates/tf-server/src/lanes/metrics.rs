@@ -1,7 +1,7 @@
 //! Counters and latency histograms the lane host keeps, rendered in Prometheus text format for `/metrics`.
 
+use parking_lot::Mutex;
 use std::fmt::Write;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Bucket upper bounds in seconds, shared by every latency histogram (vLLM's TTFT buckets, widened for the CPU).
@@ -78,13 +78,13 @@ impl Metrics {
     pub(crate) fn token(&self, first: bool, secs: f64) {
         self.generation_tokens.fetch_add(1, Ordering::Relaxed);
         let h = if first { &self.ttft } else { &self.itl };
-        h.lock().unwrap_or_else(std::sync::PoisonError::into_inner).observe(secs);
+        h.lock().observe(secs);
     }
 
     pub(crate) fn finished(&self, outcome: Outcome, e2e_secs: f64) {
         let i = OUTCOMES.iter().position(|(o, _)| *o == outcome).expect("every outcome is listed");
         self.outcomes[i].fetch_add(1, Ordering::Relaxed);
-        self.e2e.lock().unwrap_or_else(std::sync::PoisonError::into_inner).observe(e2e_secs);
+        self.e2e.lock().observe(e2e_secs);
     }
 
     /// Prompt tokens served from the prefix cache so far.
@@ -131,7 +131,7 @@ impl Metrics {
             ("e2e_request_latency_seconds", "Submission to the end of the request.", &self.e2e),
         ];
         for (name, help, h) in hists {
-            h.lock().unwrap_or_else(std::sync::PoisonError::into_inner).render(&mut out, &format!("tf:{name}"), help);
+            h.lock().render(&mut out, &format!("tf:{name}"), help);
         }
         out
     }

@@ -133,9 +133,9 @@ fn decode_batch(
 ) -> Result<Value, String> {
     let vocab = model.cfg().vocab_size;
     let mut lane = base.fork(model.gpu).map_err(fail)?;
-    *model.route_log.lock().map_err(fail)? = Some(Vec::new());
+    *model.route_log.lock() = Some(Vec::new());
     model.decode(&mut lane, &tokens(rng, b, vocab)).map_err(fail)?;
-    let routes = model.route_log.lock().map_err(fail)?.take().unwrap_or_default();
+    let routes = model.route_log.lock().take().unwrap_or_default();
     let bytes = step_bytes(model, &routes, b, ctx);
     model.decode(&mut lane, &tokens(rng, b, vocab)).map_err(fail)?;
     model.decode(&mut lane, &tokens(rng, b, vocab)).map_err(fail)?;
@@ -238,13 +238,13 @@ fn prefill(
 fn profile(model: &GpuModel, base: &GpuLane, rng: &mut SplitMix64) -> Result<Value, String> {
     const STEPS: usize = 3;
     let mut lane = base.fork(model.gpu).map_err(fail)?;
-    *model.profile.lock().map_err(fail)? = Some(Default::default());
+    *model.profile.lock() = Some(Default::default());
     let t = Instant::now();
     for _ in 0..STEPS {
         model.decode(&mut lane, &tokens(rng, 1, model.cfg().vocab_size)).map_err(fail)?;
     }
     let step_ms = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
-    let map = model.profile.lock().map_err(fail)?.take().unwrap_or_default();
+    let map = model.profile.lock().take().unwrap_or_default();
     println!(
         "[bench] profile of a batch-1 step with a sync around each phase: {step_ms:.2} ms/step (names with ':' lie inside attention or moe)"
     );
