@@ -6,7 +6,7 @@ out="${OUT:-$PWD/gpu-gate-out}"
 mkdir -p "$out"
 source scripts/gpu-env.sh
 if [[ ! -x gpu-carry/xtask ]]; then
-  echo "gpu-gate: no gpu-carry/xtask; run scripts/gpu-build.sh here first and carry gpu-carry" | tee "$out/gpu-gate.log"
+  echo "gpu-gate: no gpu-carry/xtask; run scripts/gpu-build.sh here first and carry gpu-carry"
   exit 2
 fi
 # TF_GATE_MODEL: a carried checkpoint; without one the small synthetic model is written here (mechanics only: no verdict).
@@ -19,9 +19,9 @@ for cand in ${TF_GATE_CANDIDATES:-exact wide-sums cuda-graphs}; do
   name="${cand//,/+}"
   timeout --signal=KILL "${TF_GATE_TIMEOUT:-500}" gpu-carry/xtask gate --device cuda --model "$model" --candidate "$cand" \
     --prompts assets/gate/prompts.json --thresholds assets/gate/thresholds.json \
-    ${TF_GATE_MAX_POSITIONS:+--max-positions $TF_GATE_MAX_POSITIONS} --out "$out/gate-$name.json" 2>&1 | tee "$out/gate-$name.log"
-  r=${PIPESTATUS[0]}
-  echo "gpu-gate: $cand exited $r" | tee -a "$out/gate-$name.log"
+    ${TF_GATE_MAX_POSITIONS:+--max-positions $TF_GATE_MAX_POSITIONS} --out "$out/gate-$name.json" 2>&1
+  r=$?
+  echo "gpu-gate: $cand exited $r (receipt $out/gate-$name.json)"
   ((rc != 0)) || rc=$r
 done
 exit "$rc"
