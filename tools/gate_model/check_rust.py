@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ckpt import load_ckpt
 from config import Cfg, EngramHasher, load_token_map
 from model import Dsv41
 
@@ -50,7 +51,7 @@ def main():
     ap.add_argument("--out", type=Path, default=Path("/tmp/gate-check"))
     a = ap.parse_args()
     torch.set_num_threads(2)
-    ck = torch.load(a.pt, map_location="cpu", weights_only=False)
+    ck = load_ckpt(a.pt)
     cfg = Cfg(ck["hf"])
     model = Dsv41(cfg, ck["state"]["used"])
     model.load_state_dict(ck["state"])

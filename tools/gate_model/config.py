@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-ASSETS = REPO / "assets" / "deepseek-v4"
+# The repo's tokenizer assets: above this file in a checkout, or under the working directory when carried elsewhere.
+ASSETS = next(p / "assets" / "deepseek-v4" for p in [*Path(__file__).resolve().parents, Path.cwd()]
+              if (p / "assets" / "deepseek-v4" / "token_map.u32").is_file())
 
 # The `small` config (tiny's §18 layer map at dim 128, real vocab), as TinyKind::Small::hf_json writes it.
 SMALL_HF = {

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ckpt import load_ckpt
 from config import ASSETS, Cfg
 from model import Dsv41
 from quant import fp4_weight_codes, fp8_row_codes, fp8_tile_codes
@@ -67,7 +68,7 @@ def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int], bytes
 
 
 def export(pt: Path, out: Path) -> dict:
-    ck = torch.load(pt, map_location="cpu", weights_only=False)
+    ck = load_ckpt(pt)
     cfg = Cfg(ck["hf"])
     model = Dsv41(cfg, ck["state"]["used"])
     model.load_state_dict(ck["state"])

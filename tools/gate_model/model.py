@@ -182,15 +182,20 @@ class Attention(nn.Module):
             s_cmp = torch.einsum("bshd,bgd->bhsg", q, lat) * scale
             parts.append(s_cmp.masked_fill(~sel[:, None], float("-inf")))
             vals.append(lat)
-        sink = self.attn_sink.view(1, h, 1, 1).expand(B, h, S, 1)
-        p = torch.softmax(torch.cat(parts + [sink], -1), -1)[..., :-1]
-        o = torch.einsum("bhsk,bkd->bshd", rb(p), torch.cat(vals, 1))
-        o = rope(rb(o), cos[:, None], sin[:, None], inverse=True)
+        o = rope(attend(torch.cat(parts, -1), torch.cat(vals, 1), self.attn_sink), cos[:, None], sin[:, None], True)
         g = cfg.o_groups
         og = o.reshape(B, S, g, h * hd // g)
         wa = rb(self.wo_a.weight).view(g, cfg.o_lora_rank, h * hd // g)
         u = rb(torch.einsum("bsgi,gri->bsgr", og, wa)).reshape(B, S, -1)
         return fp8_linear(u, self.wo_b.weight)
+
+
+def attend(scores, vals, sink):
+    """Sink softmax as sparse.rs rounds it: bf16 of exp(s - m) in PV, f32 sums; exact while window + top-k ≤ 64 keys."""
+    m = scores.detach().amax(-1, keepdim=True).clamp_min(-1e30)
+    e = torch.exp(scores - m)
+    denom = e.sum(-1, keepdim=True) + torch.exp(sink.view(1, -1, 1, 1) - m)
+    return rb(torch.einsum("bhsk,bkd->bshd", rb(e) / denom, vals))
 
 
 class Expert(nn.Module):

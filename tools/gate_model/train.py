@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ckpt import load_train, save_compact
 from config import SMALL_HF, Cfg, EngramHasher, load_token_map
 from model import Dsv41
 
@@ -61,6 +62,7 @@ def main():
     ap.add_argument("--eval-windows", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--compact", action="store_true", help="save as ckpt.save_compact parts (GPU calls return ≤ 16 MiB files)")
     ap.add_argument("--time-limit", type=float, default=0, help="stop after so many seconds (0 = none)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -70,7 +72,7 @@ def main():
     hf = json.loads(json.dumps(SMALL_HF))
     hf["text_config"].update(parse_overrides(a.set))
     cfg = Cfg(hf)
-    train = np.load(a.data / "train.npy", mmap_mode="r")
+    train = load_train(a.data)
     if a.train_tokens:
         train = train[:a.train_tokens]
     train = np.ascontiguousarray(train)
@@ -84,7 +86,10 @@ def main():
     rest = [p for n, p in model.named_parameters() if p.requires_grad and not (p.dim() >= 2 and "hc_" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": rest, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95))
-    sched = lambda s: min(1.0, (s + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / a.steps)))
+    def sched(s: int) -> float:
+        """Warmup, then cosine to 10 %; progress is steps or wall time, whichever is further along."""
+        frac = max(s / a.steps, (time.time() - t0) / a.time_limit if a.time_limit else 0.0)
+        return min(1.0, (s + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
     log = {"config": hf, "args": {k: str(v) for k, v in vars(a).items()}, "device": device,
            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
            "train_tokens": int(train.size), "heldout_tokens": int(held.size), "used_vocab": int(used.sum()),
@@ -116,7 +121,11 @@ def main():
     log["steps_done"] = step + 1
     log["seconds"] = round(time.time() - t0, 1)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"hf": hf, "state": model.state_dict(), "log": log}, a.out)
+    ck = {"hf": hf, "state": {k: v.cpu() for k, v in model.state_dict().items()}, "log": log}
+    if a.compact:
+        save_compact(ck, a.out)
+    else:
+        torch.save(ck, a.out)
     a.out.with_suffix(".json").write_text(json.dumps(log) + "\n")
 
 
