@@ -104,39 +104,50 @@ class Attention(nn.Module):
         keys = None
         if self.role["owns_index_keys"]:
             ix = self.indexer
-            k = rms_norm(bf16_linear(latent, ix.wk.weight), ix.k_norm.weight, self.cfg.eps)
+            k = rms_norm(bf16_linear(latent.detach(), ix.wk.weight), ix.k_norm.weight, self.cfg.eps)
             keys = qdq_fp4_e8m0(rope(k, cos, sin), 32)
         latent = qdq_fp4_e4m3(rope(latent, cos, sin), 16)
         shared["kv"][self.role["layer"]] = (latent, keys)
 
-    @torch.no_grad()
-    def select(self, x, qr, rope_tab, shared):
-        """Indexer top-k per row (non-differentiable): boolean `[B, S, G]` of selected compressed groups."""
-        cfg, role, ix = self.cfg, self.role, self.indexer
+    def index_score(self, x, qr, keys, rope_tab):
+        """Indexer score `[B, S, G]` of every row against every key, rounded where index.rs rounds (straight-through)."""
+        cfg, ix = self.cfg, self.indexer
         B, S, _ = x.shape
-        ratio = role["ratio"]
-        keys = shared["kv"][role["kv_owner"]][1]
-        G = keys.shape[1]
         ih, ihd = cfg.index_n_heads, cfg.index_head_dim
-        pos = torch.arange(S, device=x.device)
-        cos, sin = rope_tab(pos)
+        cos, sin = rope_tab(torch.arange(S, device=x.device))
         q = rope(fp8_linear(qr, ix.wq_b.weight).view(B, S, ih, ihd), cos[:, None], sin[:, None])
         q = qdq_fp4_e8m0(q.reshape(B, S, ih * ihd), 32).view(B, S, ih, ihd)
         w = rb(bf16_linear(x, ix.weights_proj.weight) * (ihd ** -0.5 * ih ** -0.5))
         dots = rb(torch.einsum("bshd,bgd->bshg", q, keys))
-        score = rb((rb(dots.clamp_min(0) * w[..., None])).sum(2))
-        cl = (pos + 1) // ratio
-        gpos = torch.arange(G, device=x.device)
-        visible = gpos[None, :] < cl[:, None]
-        score = score.masked_fill(~visible, float("-inf"))
+        return rb((rb(dots.clamp_min(0) * w[..., None])).sum(2))
+
+    @torch.no_grad()
+    def select(self, score, shared):
+        """Top-k per row (ties: lower position), candidates applied: boolean `[B, S, G]` of selected groups."""
+        cfg, role = self.cfg, self.role
+        S, G = score.shape[1:]
+        cl = (torch.arange(S, device=score.device) + 1) // role["ratio"]
+        gpos = torch.arange(G, device=score.device)
+        score = score.masked_fill(~(gpos[None, :] < cl[:, None]), float("-inf"))
         if role["candidate_source"]:
             shared["cand"] = self.candidate_mask(score, cl)
         elif role["uses_candidates"]:
             score = score.masked_fill(~shared["cand"], float("-inf"))
         order = torch.sort(score, dim=-1, descending=True, stable=True).indices
         rank = torch.empty_like(order).scatter_(-1, order, gpos.expand_as(order).contiguous())
-        k = cl.clamp(max=cfg.index_topk)
-        return rank < k[None, :, None]
+        return rank < cl.clamp(max=cfg.index_topk)[None, :, None]
+
+    def indexer_loss(self, score, q, lat):
+        """KL(main attention over all visible groups, head-mean ‖ indexer softmax), the indexer's only training signal."""
+        S, G = score.shape[1:]
+        cl = (torch.arange(S, device=score.device) + 1) // self.role["ratio"]
+        visible = torch.arange(G, device=score.device)[None, :] < cl[:, None]
+        rows = cl > 0
+        with torch.no_grad():
+            att = torch.einsum("bshd,bgd->bhsg", q, lat) * self.cfg.head_dim ** -0.5
+            tgt = torch.softmax(att.masked_fill(~visible, float("-inf"))[:, :, rows], -1).mean(1)
+        logp = torch.log_softmax(score.masked_fill(~visible, float("-inf"))[:, rows], -1)
+        return (tgt * (torch.log(tgt.clamp_min(1e-30)) - logp.clamp_min(-1e30))).sum(-1).mean()
 
     def candidate_mask(self, score, cl):
         """Level one of the two-level top-k: best blocks by max score, the newest block pinned (index.rs)."""
@@ -150,7 +161,8 @@ class Attention(nn.Module):
         pin = (torch.arange(nb_all, device=score.device)[None, :] == newest[:, None]) & (cl[:, None] > 0)
         bs = bs.masked_fill(pin[None], float("inf"))
         order = torch.sort(bs, dim=-1, descending=True, stable=True).indices
-        rank = torch.empty_like(order).scatter_(-1, order, torch.arange(nb_all).expand_as(order).contiguous())
+        blocks = torch.arange(nb_all, device=score.device).expand_as(order).contiguous()
+        rank = torch.empty_like(order).scatter_(-1, order, blocks)
         nb = -(-cl // bsz)
         keep = (rank < nb.clamp(max=cfg.candidate_topk_blocks)[None, :, None]) & (bs > float("-inf"))
         return keep.repeat_interleave(bsz, -1)[..., :G]
@@ -173,12 +185,17 @@ class Attention(nn.Module):
         if role["compressed"]:
             if role["kv_source"]:
                 self.compress(x, rope_tab, shared)
+            lat = shared["kv"][role["kv_owner"]][0]
             if role["index_source"]:
-                sel = self.select(x, qr, rope_tab, shared)
+                train_ix = self.training and torch.is_grad_enabled()
+                with torch.set_grad_enabled(train_ix):
+                    score = self.index_score(x.detach(), qr.detach(), shared["kv"][role["kv_owner"]][1], rope_tab)
+                if train_ix:
+                    shared["aux"].append(self.indexer_loss(score, q.detach(), lat.detach()))
+                sel = self.select(score.detach(), shared)
                 shared["topk"][role["layer"]] = sel
             else:
                 sel = shared["topk"][role["sel_owner"]]
-            lat = shared["kv"][role["kv_owner"]][0]
             s_cmp = torch.einsum("bshd,bgd->bhsg", q, lat) * scale
             parts.append(s_cmp.masked_fill(~sel[:, None], float("-inf")))
             vals.append(lat)
@@ -377,11 +394,12 @@ class Dsv41(nn.Module):
         X = h[:, :, None, :].expand(B, S, cfg.hc, cfg.dim).contiguous()
         pre = torch.zeros(B, S, cfg.hc, device=tokens.device)
         pre[..., 0] = 1
-        shared = {"kv": {}, "topk": {}, "cand": None}
+        shared = {"kv": {}, "topk": {}, "cand": None, "aux": []}
         for l, blk in enumerate(self.layers):
             if hasattr(blk, "engram"):
                 X = blk.engram(X, engram_ids[cfg.engram_layer_ids.index(l)])
             X, pre = blk(X, pre, self.ropes[blk.role["yarn"]], shared)
+        self.aux = torch.stack(shared["aux"]).mean() if shared["aux"] else None
         return rms_norm(hc_pre(X, pre), self.norm.weight, cfg.eps)
 
     def forward(self, tokens, engram_ids):

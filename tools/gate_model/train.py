@@ -57,6 +57,7 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--wd", type=float, default=0.01)
+    ap.add_argument("--indexer-loss", type=float, default=1.0, help="weight of the indexer's KL to the attention")
     ap.add_argument("--train-tokens", type=int, default=0, help="use only the first N train tokens (0 = all)")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-windows", type=int, default=16)
@@ -103,14 +104,17 @@ def main():
         w = windows(train, rng.integers(0, len(train) - a.seq - 2, a.batch), a.seq).to(device)
         x, y = w[:, :-1], w[:, 1:]
         loss = F.cross_entropy(model(x, hasher.ids(x)).flatten(0, 1), y.flatten())
+        aux = model.aux if model.aux is not None else torch.zeros((), device=device)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss + a.indexer_loss * aux).backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         update_router_bias(model, 1e-3)
-        log["steps"].append([step, round(loss.item(), 4), round(gn.item(), 3), round(time.time() - t0, 1)])
+        log["steps"].append([step, round(loss.item(), 4), round(gn.item(), 3), round(time.time() - t0, 1),
+                             round(aux.item(), 4)])
         if step % 10 == 0:
-            print(f"step {step} loss {loss.item():.4f} gnorm {gn.item():.2f} {time.time() - t0:.0f}s", flush=True)
+            print(f"step {step} loss {loss.item():.4f} indexer-kl {aux.item():.4f} gnorm {gn.item():.2f} "
+                  f"{time.time() - t0:.0f}s", flush=True)
         last = step + 1 == a.steps or (a.time_limit and time.time() - t0 > a.time_limit)
         if (step + 1) % a.eval_every == 0 or last:
             nll = evaluate(model, hasher, held, a.seq, a.eval_windows, a.batch, device)
