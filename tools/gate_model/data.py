@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from config import ASSETS
 
-EOS = 1
+BOS, EOS = 0, 1
 PERMISSIVE = re.compile(r"\b(MIT|Apache-2\.0)\b")
 COPYLEFT = re.compile(r"GPL|MPL|EPL|CDDL|SSPL", re.I)
 
@@ -45,7 +45,7 @@ def main():
     crates = sorted({c for root in a.src for c in root.iterdir() if c.is_dir()})
     seen: set[str] = set()
     streams = {"train": [], "heldout": []}
-    manifest = {"tokenizer": "assets/deepseek-v4/tokenizer.json", "eos": EOS, "crates": []}
+    manifest = {"tokenizer": "assets/deepseek-v4/tokenizer.json", "bos": BOS, "eos": EOS, "crates": []}
     # Train crates first, so held-out files whose text also appears in a train crate are dropped, not the reverse.
     order = sorted(crates, key=lambda c: (is_heldout(crate_name(c), a.heldout_percent), c.name))
     for c in order:
@@ -66,7 +66,7 @@ def main():
                 continue
             seen.add(h)
             texts.append(text)
-        ids = [e.ids + [EOS] for e in tok.encode_batch(texts, add_special_tokens=False)] if texts else []
+        ids = [[BOS] + e.ids + [EOS] for e in tok.encode_batch(texts, add_special_tokens=False)] if texts else []
         n = sum(len(x) for x in ids)
         streams[split].extend(ids)
         entry.update(split=split, files=len(texts), tokens=n)

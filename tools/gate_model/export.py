@@ -76,7 +76,7 @@ def export(pt: Path, out: Path) -> dict:
     params = dict(model.named_parameters())
     params["embed.weight"] = model.embed_weight()
     params["head.weight"] = model.head_weight()
-    for k in [n for n in params if n.endswith("markov_head.embed.weight")]:
+    for k in [n for n in params if n.endswith(("markov_head.embed.weight", "markov_head.head.weight"))]:
         params[k] = params[k] * used[:, None]
     tensors = [t for n, p in params.items() if n not in SKIP for t in stored(n, p)]
     out.mkdir(parents=True, exist_ok=True)

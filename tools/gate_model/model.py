@@ -211,8 +211,8 @@ def attend(scores, vals, sink):
     """Sink softmax as sparse.rs rounds it: bf16 of exp(s - m) in PV, f32 sums; exact while window + top-k ≤ 64 keys."""
     m = scores.detach().amax(-1, keepdim=True).clamp_min(-1e30)
     e = torch.exp(scores - m)
-    denom = e.sum(-1, keepdim=True) + torch.exp(sink.view(1, -1, 1, 1) - m)
-    return rb(torch.einsum("bhsk,bkd->bshd", rb(e) / denom, vals))
+    denom = e.sum(-1, keepdim=True) + torch.exp(sink.view(-1, 1, 1) - m)
+    return rb(torch.einsum("...hsk,...kd->...shd", rb(e) / denom, vals))
 
 
 class Expert(nn.Module):
@@ -332,10 +332,11 @@ class Block(nn.Module):
             setattr(self, f"hc_{site}_base", nn.Parameter(torch.zeros(mix)))
             setattr(self, f"hc_{site}_scale", nn.Parameter(torch.ones(3)))
 
-    def forward(self, X, pre_prev, rope_tab, shared):
+    def forward(self, X, pre_prev, attn):
+        """One block; `attn` maps the normed attention input to the attention output (backbone or draft)."""
         cfg = self.cfg
         pa, qa, ca = hc_mixes(X, self.hc_attn_fn, self.hc_attn_scale, self.hc_attn_base, cfg)
-        a = self.attn(rms_norm(hc_pre(X, pre_prev), self.attn_norm.weight, cfg.eps), rope_tab, shared)
+        a = attn(rms_norm(hc_pre(X, pre_prev), self.attn_norm.weight, cfg.eps))
         X = hc_post(a, X, qa, ca)
         pf, qf, cf = hc_mixes(X, self.hc_ffn_fn, self.hc_ffn_scale, self.hc_ffn_base, cfg)
         f = self.ffn(rms_norm(hc_pre(X, pa), self.ffn_norm.weight, cfg.eps))
@@ -395,10 +396,14 @@ class Dsv41(nn.Module):
         pre = torch.zeros(B, S, cfg.hc, device=tokens.device)
         pre[..., 0] = 1
         shared = {"kv": {}, "topk": {}, "cand": None, "aux": []}
+        self.taps = []
         for l, blk in enumerate(self.layers):
             if hasattr(blk, "engram"):
                 X = blk.engram(X, engram_ids[cfg.engram_layer_ids.index(l)])
-            X, pre = blk(X, pre, self.ropes[blk.role["yarn"]], shared)
+            if l in cfg.dspark_target_layer_ids:
+                self.taps.append(rb(X.mean(-2)))
+            rope_tab = self.ropes[blk.role["yarn"]]
+            X, pre = blk(X, pre, lambda x: blk.attn(x, rope_tab, shared))
         self.aux = torch.stack(shared["aux"]).mean() if shared["aux"] else None
         return rms_norm(hc_pre(X, pre), self.norm.weight, cfg.eps)
 
