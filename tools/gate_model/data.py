@@ -40,9 +40,15 @@ def main():
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--heldout-percent", type=int, default=8)
     ap.add_argument("--max-file-bytes", type=int, default=200_000, help="skip generated giants (tables, bindings)")
+    ap.add_argument("--manifest", type=Path, help="use exactly the crates and splits of this manifest (reproduces a data set)")
     a = ap.parse_args()
     tok = Tokenizer.from_file(str(ASSETS / "tokenizer.json"))
     crates = sorted({c for root in a.src for c in root.iterdir() if c.is_dir()})
+    if a.manifest:
+        keep = {c["crate"] for c in json.loads(a.manifest.read_text())["crates"] if c["split"] in ("train", "heldout")}
+        missing = keep - {c.name for c in crates}
+        assert not missing, f"crates of the manifest not in the registry: {sorted(missing)}"
+        crates = [c for c in crates if c.name in keep]
     seen: set[str] = set()
     streams = {"train": [], "heldout": []}
     manifest = {"tokenizer": "assets/deepseek-v4/tokenizer.json", "bos": BOS, "eos": EOS, "crates": []}
