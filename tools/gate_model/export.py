@@ -6,7 +6,6 @@ import shutil
 import struct
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ckpt import load_ckpt
