@@ -1,0 +1,65 @@
+"""Compact forms that fit a GPU call's carry and return limits: u16 token streams, and checkpoints split into ≤ 15 MiB parts."""
+
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PART = 15 << 20
+VOCAB_TENSORS = ("markov_head.embed.weight", "markov_head.head.weight")
+
+
+def pack_tokens(data: Path):
+    """train.npy (uint32 ids) → train_u16.npz: indices into the sorted used-id list, plus that list."""
+    train = np.load(data / "train.npy")
+    vocab = np.unique(train)
+    assert vocab.size < 65536, f"{vocab.size} distinct ids do not fit u16"
+    np.savez_compressed(data / "train_u16.npz", ids=np.searchsorted(vocab, train).astype(np.uint16), vocab=vocab)
+
+
+def load_train(data: Path) -> np.ndarray:
+    """The uint32 train stream from train.npy, or rebuilt from train_u16.npz."""
+    if (data / "train.npy").is_file():
+        return np.load(data / "train.npy", mmap_mode="r")
+    z = np.load(data / "train_u16.npz")
+    return z["vocab"][z["ids"]]
+
+
+def is_vocab(name: str) -> bool:
+    return name in ("embed.weight", "head.weight") or name.endswith(VOCAB_TENSORS)
+
+
+def save_compact(ck: dict, out: Path) -> list[Path]:
+    """Vocab tensors keep only used rows (bf16), the rest stay f32; the bytes are split into `out.partN` files."""
+    used = ck["state"]["used"]
+    state = {k: (v[used].to(torch.bfloat16) if is_vocab(k) else v) for k, v in ck["state"].items()}
+    buf = io.BytesIO()
+    torch.save({**ck, "state": state, "compact": True}, buf)
+    raw = buf.getvalue()
+    paths = []
+    for i in range(0, len(raw), PART):
+        p = out.with_name(f"{out.name}.part{i // PART}")
+        p.write_bytes(raw[i:i + PART])
+        paths.append(p)
+    return paths
+
+
+def load_ckpt(path: Path) -> dict:
+    """A .pt from train.py, or the `.partN` files of save_compact (expanded: unused rows zero)."""
+    parts = sorted(path.parent.glob(path.name + ".part*"), key=lambda p: int(p.suffix[5:]))
+    if path.is_file():
+        return torch.load(path, map_location="cpu", weights_only=False)
+    ck = torch.load(io.BytesIO(b"".join(p.read_bytes() for p in parts)), map_location="cpu", weights_only=False)
+    used = ck["state"]["used"]
+    for k, v in list(ck["state"].items()):
+        if is_vocab(k):
+            full = torch.zeros(used.numel(), v.shape[1])
+            full[used] = v.float()
+            ck["state"][k] = full
+    return ck
+
+
+if __name__ == "__main__":
+    import sys
+    pack_tokens(Path(sys.argv[1]))

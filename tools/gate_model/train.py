@@ -1,0 +1,137 @@
+"""Trains the gate model teacher-forced on token windows (fixed seeds), fake-quantized as stored; saves a .pt for export.py."""
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ckpt import load_train, save_compact
+from config import SMALL_HF, Cfg, EngramHasher, load_token_map
+from model import Dsv41
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`key=JSON` pairs for text_config, e.g. `sliding_window=64`."""
+    return {k: json.loads(v) for k, v in (i.split("=", 1) for i in items)}
+
+
+def windows(stream: np.ndarray, starts: np.ndarray, seq: int) -> torch.Tensor:
+    return torch.from_numpy(np.stack([stream[s:s + seq + 1] for s in starts]).astype(np.int64))
+
+
+@torch.no_grad()
+def evaluate(model, hasher, stream, seq, n, batch, device) -> float:
+    """Mean NLL (nats/token) over `n` fixed, evenly spaced held-out windows."""
+    model.eval()
+    starts = np.linspace(0, len(stream) - seq - 2, n).astype(np.int64)
+    tot, cnt = 0.0, 0
+    for i in range(0, n, batch):
+        w = windows(stream, starts[i:i + batch], seq).to(device)
+        x, y = w[:, :-1], w[:, 1:]
+        logits = model(x, hasher.ids(x))
+        tot += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
+        cnt += y.numel()
+    model.train()
+    return tot / cnt
+
+
+def update_router_bias(model, speed: float):
+    """Aux-loss-free balancing (noaux_tc): raise the selection bias of under-loaded experts, lower over-loaded ones."""
+    for moe, load in model.moe_loads():
+        moe.gate.bias.data += speed * torch.sign(load.mean() - load)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", type=Path, required=True, help="directory from data.py")
+    ap.add_argument("--out", type=Path, required=True, help="output .pt")
+    ap.add_argument("--set", nargs="*", default=[], help="text_config overrides key=JSON")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--wd", type=float, default=0.01)
+    ap.add_argument("--indexer-loss", type=float, default=1.0, help="weight of the indexer's KL to the attention")
+    ap.add_argument("--train-tokens", type=int, default=0, help="use only the first N train tokens (0 = all)")
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--eval-windows", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--compact", action="store_true", help="save as ckpt.save_compact parts (GPU calls return ≤ 16 MiB files)")
+    ap.add_argument("--time-limit", type=float, default=0, help="stop after so many seconds (0 = none)")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    rng = np.random.default_rng(a.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    hf = json.loads(json.dumps(SMALL_HF))
+    hf["text_config"].update(parse_overrides(a.set))
+    cfg = Cfg(hf)
+    train = load_train(a.data)
+    if a.train_tokens:
+        train = train[:a.train_tokens]
+    train = np.ascontiguousarray(train)
+    held = np.ascontiguousarray(np.load(a.data / "heldout.npy"))
+    used = torch.zeros(cfg.vocab, dtype=torch.bool)
+    used[torch.from_numpy(np.unique(train).astype(np.int64))] = True
+    used[[0, 1, 2]] = True
+    model = Dsv41(cfg, used).to(device)
+    hasher = EngramHasher(cfg, load_token_map().to(device))
+    decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() >= 2 and "hc_" not in n]
+    rest = [p for n, p in model.named_parameters() if p.requires_grad and not (p.dim() >= 2 and "hc_" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": rest, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95))
+    def sched(s: int) -> float:
+        """Warmup, then cosine to 10 %; progress is steps or wall time, whichever is further along."""
+        frac = max(s / a.steps, (time.time() - t0) / a.time_limit if a.time_limit else 0.0)
+        return min(1.0, (s + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+    log = {"config": hf, "args": {k: str(v) for k, v in vars(a).items()}, "device": device,
+           "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+           "train_tokens": int(train.size), "heldout_tokens": int(held.size), "used_vocab": int(used.sum()),
+           "params": sum(p.numel() for p in model.parameters()), "steps": [], "evals": []}
+    print(f"{log['params']} params, {log['used_vocab']} used ids, train {train.size} tokens, device {device}")
+    t0 = time.time()
+    step = 0
+    for step in range(a.steps):
+        for g in opt.param_groups:
+            g["lr"] = a.lr * sched(step)
+        w = windows(train, rng.integers(0, len(train) - a.seq - 2, a.batch), a.seq).to(device)
+        x, y = w[:, :-1], w[:, 1:]
+        loss = F.cross_entropy(model(x, hasher.ids(x)).flatten(0, 1), y.flatten())
+        aux = model.aux if model.aux is not None else torch.zeros((), device=device)
+        opt.zero_grad(set_to_none=True)
+        (loss + a.indexer_loss * aux).backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        update_router_bias(model, 1e-3)
+        log["steps"].append([step, round(loss.item(), 4), round(gn.item(), 3), round(time.time() - t0, 1),
+                             round(aux.item(), 4)])
+        if step % 10 == 0:
+            print(f"step {step} loss {loss.item():.4f} indexer-kl {aux.item():.4f} gnorm {gn.item():.2f} "
+                  f"{time.time() - t0:.0f}s", flush=True)
+        last = step + 1 == a.steps or (a.time_limit and time.time() - t0 > a.time_limit)
+        if (step + 1) % a.eval_every == 0 or last:
+            nll = evaluate(model, hasher, held, a.seq, a.eval_windows, a.batch, device)
+            log["evals"].append([step + 1, round(nll, 4)])
+            print(f"eval step {step + 1} held-out nll {nll:.4f} ppl {math.exp(nll):.1f}", flush=True)
+        if last:
+            break
+    log["steps_done"] = step + 1
+    log["seconds"] = round(time.time() - t0, 1)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    ck = {"hf": hf, "state": {k: v.cpu() for k, v in model.state_dict().items()}, "log": log}
+    if a.compact:
+        save_compact(ck, a.out)
+    else:
+        torch.save(ck, a.out)
+    a.out.with_suffix(".json").write_text(json.dumps(log) + "\n")
+
+
+if __name__ == "__main__":
+    main()
