@@ -2,10 +2,9 @@
 
 mod common;
 
-use common::{chat_body, get, post, post_raw, server, start_with};
+use common::{chat_body, get, post, post_raw, server, small, start_with};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tf_server::http::serve::ServeConfig;
 use tf_server::lanes::Limits;
@@ -59,18 +58,6 @@ fn a_plain_client_that_hangs_up_frees_its_lane() {
     }
     let (s, v) = post(&b, "/v1/chat/completions", &chat_body(json!({"max_tokens": 2})));
     assert_eq!((s, v["usage"]["completion_tokens"].as_u64()), (200, Some(2)), "the one lane serves the next request");
-}
-
-fn small() -> &'static str {
-    static BASE: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
-    &BASE
-        .get_or_init(|| {
-            let d = tempfile::tempdir().unwrap();
-            tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Small, 0, d.path()).unwrap();
-            let base = start_with(ServeConfig { model_dir: Some(d.path().to_path_buf()), ..ServeConfig::default() });
-            (d, base)
-        })
-        .1
 }
 
 #[test]

@@ -2,9 +2,8 @@
 
 mod common;
 
-use common::{chat_body, get, post, post_raw, server, sse, start_with};
+use common::{chat_body, get, post, post_raw, server, small, sse, start_with};
 use serde_json::{Value, json};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tf_server::http::serve::ServeConfig;
 use tf_server::lanes::Limits;
@@ -68,18 +67,6 @@ fn forced_tokens_return_the_greedy_logprobs() {
     assert_eq!(lp["token_ids"], json!([7, 8]));
     assert!(lp["token_logprobs"].as_array().unwrap().iter().all(|l| l.as_f64().unwrap() <= 0.0));
     assert!(metric(b, "tf:generation_tokens_total") >= 2.0);
-}
-
-fn small() -> &'static str {
-    static BASE: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
-    &BASE
-        .get_or_init(|| {
-            let d = tempfile::tempdir().unwrap();
-            tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Small, 0, d.path()).unwrap();
-            let base = start_with(ServeConfig { model_dir: Some(d.path().to_path_buf()), ..ServeConfig::default() });
-            (d, base)
-        })
-        .1
 }
 
 const TOOL_TEXT: &str = "Let me look.</think>\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n<｜DSML｜ parameter name=\"city\" string=\"true\">Paris</｜DSML｜ parameter>\n<｜DSML｜ parameter name=\"days\" string=\"false\">2</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n<｜DSML｜ invoke name=\"get_time\">\n<｜DSML｜ parameter name=\"zone\" string=\"true\">CET</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls><｜end▁of▁sentence｜>";

@@ -69,6 +69,19 @@ pub fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
     (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
+/// A server on the small synthetic model (real DeepSeek-V4 tokenizer, 4,096-token context), started once per test binary.
+pub fn small() -> &'static str {
+    static BASE: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
+    &BASE
+        .get_or_init(|| {
+            let d = tempfile::tempdir().unwrap();
+            tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Small, 0, d.path()).unwrap();
+            let base = start_with(ServeConfig { model_dir: Some(d.path().to_path_buf()), ..ServeConfig::default() });
+            (d, base)
+        })
+        .1
+}
+
 pub fn server() -> &'static str {
     static BASE: OnceLock<String> = OnceLock::new();
     BASE.get_or_init(|| start(None))
