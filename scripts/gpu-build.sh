@@ -7,7 +7,7 @@ carry="$root/gpu-carry"
 bins=(tf-gpu-check)
 cargo build --release --locked -p tf-cuda $(printf -- '--bin %s ' "${bins[@]}")
 cargo build --release --locked -p tf-exl3 --bin tf-exl3-gpu-check; bins+=(tf-exl3-gpu-check)
-cargo build --release --locked -p tf-dsv41 --bin tf-dsv41-gpu-check --bin tf-dsv41-gpu-bench; bins+=(tf-dsv41-gpu-check tf-dsv41-gpu-bench)
+cargo build --release --locked -p tf-dsv41 --features testkit --bin tf-dsv41-gpu-check --bin tf-dsv41-gpu-bench; bins+=(tf-dsv41-gpu-check tf-dsv41-gpu-bench)
 cargo build --release --locked -p xtask; bins+=(xtask)
 rm -rf "$carry"
 mkdir -p "$carry"

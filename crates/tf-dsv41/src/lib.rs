@@ -12,6 +12,7 @@ pub mod qlinear;
 pub mod rope;
 pub mod state;
 pub mod tiny;
+pub mod wquant;
 
 pub use config::{Config, ConfigError};
 pub use model::{Model, Options, PrefillMxfp4};

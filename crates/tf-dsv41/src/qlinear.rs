@@ -144,7 +144,7 @@ impl QLinear<Fp4Weight> {
         if !e.inp.is_multiple_of(32) {
             return Err(Error::Invalid(format!("{}: {} inputs do not split into MXFP4 blocks of 32", e.name, e.inp)));
         }
-        let (codes, scales) = crate::tiny::quant::quant_fp4(&e.effective(), e.out, e.inp);
+        let (codes, scales) = crate::wquant::quant_fp4(&e.effective(), e.out, e.inp);
         let weight = tf_core::Tensor::from_bytes(tf_core::DType::I8, &[e.out, e.inp / 2], &codes)?;
         let scale = tf_core::Tensor::from_bytes(tf_core::DType::F8E8M0, &[e.out, e.inp / 32], &scales)?;
         Fp4Weight::from_tensors(&e.name, &weight, &scale).map(Some)

@@ -87,7 +87,7 @@ fn quantize_mode_stores_the_source_linear_in_exl3_orientation() {
     let (out, inp) = (128, 256);
     let mut rng = SplitMix64::new(4);
     let w: Vec<f32> = (0..out * inp).map(|_| rng.normal() * 0.05).collect();
-    let (codes, scales) = tf_dsv41::tiny::quant::quant_fp8_tiles(&w, out, inp);
+    let (codes, scales) = tf_dsv41::wquant::quant_fp8_tiles(&w, out, inp);
     let t = |d, s: &[usize], b: &[u8]| tf_core::Tensor::from_bytes(d, s, b).unwrap();
     let tensors = [
         ("layers.0.attn.wq_a.weight", t(tf_core::DType::F8E4M3, &[out, inp], &codes)),

@@ -8,11 +8,15 @@ pub mod layer;
 pub mod model;
 mod moe;
 pub mod ops;
+#[cfg(feature = "testkit")]
 mod probe;
+#[cfg(feature = "testkit")]
 pub mod synth;
 pub mod weights;
 
 pub use lane::GpuLane;
 pub use model::{GpuModel, open_gpu};
+#[cfg(feature = "testkit")]
 pub use probe::ProbeRow;
+#[cfg(feature = "testkit")]
 pub use synth::flash_config;

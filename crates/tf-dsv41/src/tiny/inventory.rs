@@ -1,6 +1,6 @@
 //! Every tensor DeepSeek's reference `Transformer` loads for a config: names, storage dtypes and shapes (spec §3.2).
 
-use super::quant::BLOCK;
+use crate::wquant::BLOCK;
 use crate::config::{Config, roles};
 use tf_core::{Checkpoint, DType};
 

@@ -4,7 +4,6 @@ mod configs;
 pub mod exl3;
 mod init;
 pub mod inventory;
-pub mod quant;
 pub use tf_core::rng;
 pub mod tokenizer;
 mod write;
