@@ -235,7 +235,7 @@ def receipt(comparison: str, rows: dict, a, ref: Reference, ckpt: Path, sha: str
         "environment": {
             "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
             "threads": {"exact": a.threads, "candidate": threads_b},
-            "torch_parallel_info": torch.__config__.parallel_info().splitlines()[:4],
+            "torch_parallel": [l.strip() for l in torch.__config__.parallel_info().splitlines() if "MP " in l][:1],
         },
         "model_args": {"max_seq_len": ref.args.max_seq_len, "max_batch_size": 1, "temperature": 0.0},
         "seconds": {"exact": round(seconds["base"], 2), "candidate": round(seconds[comparison], 2)},
