@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The gate's noise floor: DeepSeek's V4.1 reference against itself under a change of order; see tools/golden/README.md §8."""
+"""The gate's noise floor: DeepSeek's V4.1 reference against itself under a change of order (README §8)."""
 
 import argparse
 import hashlib
