@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""The gate's noise floor: DeepSeek's V4.1 reference against itself under a change of order (README §8)."""
+
+import argparse
+import hashlib
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import run_reference as rr
+from ref_import import REF_FILES, import_reference
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+COMPARISONS = {
+    "order": "head prefilled whole (one start_pos-0 call) vs fed token by token from position 0",
+    "threads": "the same schedule (head prefilled whole) with torch threads {a} vs {b}",
+}
+
+
+# ---------------------------------------------------------------------------- statistics (as xtask/src/gate_stats.rs)
+
+def log_softmax64(x: np.ndarray) -> np.ndarray:
+    """f64 log-softmax of an f32 row: one max (taken in f32, as the gate does), one sum."""
+    m = float(x.max())
+    x64 = x.astype(np.float64)
+    return x64 - (math.log(np.exp(x64 - m).sum()) + m)
+
+
+def score_row(exact: np.ndarray, cand: np.ndarray, nxt: int) -> dict:
+    """KL(exact ‖ cand), greedy agreement (np.argmax takes the lowest id on ties), top-1 and NLL for `nxt`."""
+    lp, lq = log_softmax64(exact), log_softmax64(cand)
+    finite = lp != -np.inf
+    kl = float((np.exp(lp[finite]) * (lp[finite] - lq[finite])).sum())
+    ge, gc = int(np.argmax(exact)), int(np.argmax(cand))
+    return {
+        "kl": max(kl, 0.0), "agree": ge == gc, "hit_exact": ge == nxt, "hit_cand": gc == nxt,
+        "nll_exact": -float(lp[nxt]), "nll_cand": -float(lq[nxt]),
+        "identical": bool(np.array_equal(exact.view(np.uint32), cand.view(np.uint32))),
+        "max_abs_dlogit": float(np.abs(exact.astype(np.float64) - cand.astype(np.float64)).max()),
+    }
+
+
+def quantile(sorted_vals: list, q: float) -> float:
+    """Nearest-rank quantile of sorted values (0 for none), as the gate's."""
+    if not sorted_vals:
+        return 0.0
+    rank = min(max(math.ceil(q * len(sorted_vals)), 1), len(sorted_vals))
+    return sorted_vals[rank - 1]
+
+
+def summary(rows: list) -> dict:
+    """The gate's Summary::to_json keys, plus bit-identical rows and the largest |Δlogit| (extras)."""
+    n = len(rows)
+    per = (lambda x: x / n) if n else (lambda x: 0.0)
+    kl = sorted(r["kl"] for r in rows)
+    return {
+        "positions": n,
+        "kl_mean": per(sum(r["kl"] for r in rows)),
+        "kl_p99": quantile(kl, 0.99),
+        "kl_max": kl[-1] if kl else 0.0,
+        "greedy_agreement": per(sum(r["agree"] for r in rows)),
+        "top1_exact": per(sum(r["hit_exact"] for r in rows)),
+        "top1_candidate": per(sum(r["hit_cand"] for r in rows)),
+        "nll_exact": per(sum(r["nll_exact"] for r in rows)),
+        "nll_candidate": per(sum(r["nll_cand"] for r in rows)),
+        "identical_rows": sum(r["identical"] for r in rows),
+        "max_abs_dlogit": max((r["max_abs_dlogit"] for r in rows), default=0.0),
+    }
+
+
+# ---------------------------------------------------------------------------- prompts
+
+def load_prompts(path: Path, ids_file: Path | None, ckpt: Path, bos: int, max_len: int):
+    """The gate's prompt set as ids: texts via the checkpoint's tokenizer plus BOS; chats only from --ids."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    given = {}
+    if ids_file:
+        doc = json.loads(ids_file.read_text())
+        given = {p["name"]: p for p in (doc["prompts"] if isinstance(doc, dict) else doc)}
+    out, skipped = [], []
+    for p in json.loads(path.read_text())["prompts"]:
+        name, kind = p.get("name", "?"), p.get("kind", "text")
+        if name in given:
+            ids = [int(t) for t in given[name]["ids"]]
+        elif isinstance(p.get("text"), str):
+            ids = tok.encode(p["text"], add_special_tokens=False).ids
+        else:
+            skipped.append(f"{name} ({kind}): a chat, and --ids gives no ids for it")
+            continue
+        if not ids or ids[0] != bos:
+            ids.insert(0, bos)
+        if len(ids) > max_len:
+            print(f"noise_floor: prompt {name}: {len(ids)} tokens cut to {max_len}", file=sys.stderr)
+            ids = ids[:max_len]
+        out.append({"name": name, "kind": kind, "ids": ids})
+    return out, skipped
+
+
+# ---------------------------------------------------------------------------- the reference, run two ways
+
+class Reference:
+    """The patched reference package and the converted checkpoint, from which fresh models are built per run."""
+
+    def __init__(self, ref: Path, ckpt: Path, index_keys: str, max_seq_len: int):
+        self.v41, engram = import_reference(ref, "model", "engram")
+        token_map = np.fromfile(ckpt / "engram_token_map.u32", dtype="<u4").tolist()
+        self.n_classes = rr.patch_token_map(engram, token_map)
+        rr.patch_indexer(self.v41, index_keys)
+        model, self.args, self.notes = rr.build(self.v41, ckpt, max_seq_len)
+        self.state = model.state_dict()
+
+    def fresh(self):
+        """A new Transformer (empty caches) holding the same weights: nothing carries over between runs."""
+        with self.v41.set_dtype(torch.bfloat16):
+            model = self.v41.Transformer(self.args, tokenizer=None)
+        model.load_state_dict(self.state, strict=True)
+        return model.eval()
+
+
+def call(model, v41, ids: list[int], start_pos: int, threads: int) -> np.ndarray:
+    """One reference forward at `threads` torch threads; its logits row (the last position's) as f32."""
+    torch.set_num_threads(threads)
+    with v41.set_dtype(torch.bfloat16), torch.inference_mode():
+        _, logits, _ = model(torch.tensor([ids]), start_pos)
+    row = logits[0].float().numpy().copy()
+    if not np.isfinite(row).all():
+        sys.exit(f"non-finite logits at start_pos {start_pos}")
+    return row
+
+
+class Schedule:
+    """One way of feeding a prompt: its head whole or token by token, then one decode step per scored position."""
+
+    def __init__(self, ref: Reference, whole: bool, threads: int):
+        self.ref, self.whole, self.threads = ref, whole, threads
+        self.seconds = 0.0
+
+    def head(self, ids: list[int]) -> np.ndarray:
+        """A fresh model fed ids[:head]; the logits for the position after it."""
+        t = time.time()
+        self.model = self.ref.fresh()
+        if self.whole:
+            row = call(self.model, self.ref.v41, ids, 0, self.threads)
+        else:
+            for pos, tok in enumerate(ids):
+                row = call(self.model, self.ref.v41, [tok], pos, self.threads)
+        self.seconds += time.time() - t
+        return row
+
+    def step(self, tok: int, pos: int) -> np.ndarray:
+        t = time.time()
+        row = call(self.model, self.ref.v41, [tok], pos, self.threads)
+        self.seconds += time.time() - t
+        return row
+
+
+def run(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
+    """Teacher-forces every prompt through the base schedule and each compared one in lockstep; rows per comparison."""
+    base = Schedule(ref, whole=True, threads=a.threads)
+    others = {}
+    if "order" in a.compare:
+        others["order"] = Schedule(ref, whole=False, threads=a.threads)
+    if "threads" in a.compare:
+        others["threads"] = Schedule(ref, whole=True, threads=a.threads_b)
+    rows = {c: {} for c in others}
+    left = a.max_positions if a.max_positions is not None else sys.maxsize
+    for p in prompts:
+        ids, n = p["ids"], len(p["ids"])
+        head = min(max(int(n * a.prefill_frac), 1), max(n - 1, 1))
+        if head >= n or left == 0:
+            continue
+        want = min(n - head, left)
+        t0 = time.time()
+        e = base.head(ids[:head])
+        got = {c: s.head(ids[:head]) for c, s in others.items()}
+        for i in range(want):
+            if i:
+                pos = head + i - 1
+                e = base.step(ids[pos], pos)
+                got = {c: s.step(ids[pos], pos) for c, s in others.items()}
+            for c, row in got.items():
+                r = score_row(e, row, ids[head + i])
+                rows[c].setdefault(p["kind"], []).append(r)
+                rows[c].setdefault("all", []).append(r)
+        left -= want
+        print(f"noise_floor: {p['name']} ({p['kind']}): {want} positions after a {head}-token head, "
+              f"{time.time() - t0:.1f}s", file=sys.stderr)
+    seconds = {"base": base.seconds} | {c: s.seconds for c, s in others.items()}
+    return rows, seconds
+
+
+# ---------------------------------------------------------------------------- receipts
+
+def shards_sha256(ckpt: Path) -> str:
+    """sha256 over the .safetensors shards in name order: the gate's model_sha256 (checkpoint_sha256)."""
+    h = hashlib.sha256()
+    for shard in sorted(p for p in ckpt.iterdir() if p.suffix == ".safetensors"):
+        with open(shard, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def receipt(comparison: str, rows: dict, a, ref: Reference, ckpt: Path, sha: str, skipped: list, seconds: dict) -> dict:
+    """One comparison in the shape of `cargo xtask gate --out`, plus what produced it."""
+    threads_b = a.threads_b if comparison == "threads" else a.threads
+    return {
+        "model": str(ckpt), "model_sha256": sha, "device": "cpu",
+        "comparison": comparison,
+        "exact": f"reference, head prefilled whole, decode steps after, {a.threads} torch thread(s)",
+        "candidate": (f"reference, head fed token by token from position 0, {a.threads} torch thread(s)"
+                      if comparison == "order" else
+                      f"reference, head prefilled whole, decode steps after, {threads_b} torch thread(s)"),
+        "description": COMPARISONS[comparison].format(a=a.threads, b=a.threads_b),
+        "prefill_frac": a.prefill_frac, "window": 1, "max_positions": a.max_positions, "max_len": a.max_len,
+        "prompts": str(a.prompts), "ids": str(a.ids) if a.ids else None, "skipped_prompts": skipped,
+        "by_kind": {k: summary(v) for k, v in sorted(rows.items())},
+        "reference": {
+            "sha256": {f: rr.sha256(a.ref / f) for f in REF_FILES},
+            "index_keys": a.index_keys,
+            "patches": ["Tensor.topk inside Indexer.forward -> stable descending sort, first k (lower position wins)",
+                        "engram.build_compressed_token_map -> the checkpoint's engram_token_map.u32"]
+            + (["Indexer.forward: key owners score against their own k_cache"] if a.index_keys == "owner" else []),
+            "load_notes": ref.notes,
+        },
+        "environment": {
+            "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
+            "threads": {"exact": a.threads, "candidate": threads_b},
+            "torch_parallel": [l.strip() for l in torch.__config__.parallel_info().splitlines() if "MP " in l][:1],
+        },
+        "model_args": {"max_seq_len": ref.args.max_seq_len, "max_batch_size": 1, "temperature": 0.0},
+        "seconds": {"exact": round(seconds["base"], 2), "candidate": round(seconds[comparison], 2)},
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ckpt", type=Path, required=True, help="official-format checkpoint directory (the gate model)")
+    ap.add_argument("--out", type=Path, required=True, help="output stem: writes STEM.order.json / STEM.threads.json")
+    ap.add_argument("--compare", default="order,threads", help="comma list of: order, threads")
+    ap.add_argument("--prompts", type=Path, default=ROOT / "assets/gate/prompts.json", help="the gate's prompt set")
+    ap.add_argument("--ids", type=Path,
+                    help="JSON {prompts: [{name, ids}]}: token ids by prompt name (chats need it; wins over text)")
+    ap.add_argument("--prefill-frac", type=float, default=0.5, help="share of each prompt in the head (gate: 0.5)")
+    ap.add_argument("--max-positions", type=int, help="stop after this many scored positions (gate's flag)")
+    ap.add_argument("--max-len", type=int, help="cut every prompt to this many tokens first (mechanics runs only)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the exact side and of order")
+    ap.add_argument("--threads-b", type=int, default=2, help="torch threads of the threads comparison's candidate")
+    ap.add_argument("--index-keys", choices=("owner", "reference"), default="owner",
+                    help="owner: our exact path's rule (spec §6.5); reference: upstream's stale keys")
+    ap.add_argument("--ref", type=Path, default=HERE / "ref" / "deepseek_v41", help="vendored reference package")
+    a = ap.parse_args()
+    a.compare = [c.strip() for c in a.compare.split(",") if c.strip()]
+    if not a.compare or any(c not in COMPARISONS for c in a.compare):
+        sys.exit(f"--compare: a comma list of {sorted(COMPARISONS)}")
+    if not 0.0 <= a.prefill_frac < 1.0:
+        sys.exit("--prefill-frac: in [0, 1)")
+
+    ckpt = a.ckpt.resolve()
+    cfg = json.loads((ckpt / "inference" / "config.json").read_text())
+    bos = json.loads((ckpt / "config.json").read_text()).get("bos_token_id", cfg.get("bos_token_id", 0))
+    cap = cfg["max_seq_len"] - 1
+    if a.max_len:
+        cap = min(cap, a.max_len)
+    prompts, skipped = load_prompts(a.prompts, a.ids, ckpt, bos, cap)
+    for s in skipped:
+        print(f"noise_floor: skipped {s}", file=sys.stderr)
+    longest = max(len(p["ids"]) for p in prompts)
+    ref = Reference(a.ref, ckpt, a.index_keys, max(64, math.ceil((longest + 1) / 32) * 32))
+    sha = shards_sha256(ckpt)
+    t0 = time.time()
+    rows, seconds = run(prompts, ref, a)
+    for c in a.compare:
+        doc = receipt(c, rows[c], a, ref, ckpt, sha, skipped, seconds)
+        doc["seconds"]["total"] = round(time.time() - t0, 2)
+        path = Path(f"{a.out}.{c}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        for kind, s in doc["by_kind"].items():
+            print(f"{c:<8} {kind:<6} {s['positions']:>6} pos  KL mean {s['kl_mean']:.3e} p99 {s['kl_p99']:.3e} "
+                  f"max {s['kl_max']:.3e}  agree {s['greedy_agreement']:.4f}  top-1 {s['top1_exact']:.4f} -> "
+                  f"{s['top1_candidate']:.4f}  NLL {s['nll_exact']:.4f} -> {s['nll_candidate']:.4f}  "
+                  f"identical {s['identical_rows']}")
+        print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
