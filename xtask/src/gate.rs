@@ -27,7 +27,7 @@ impl Switches {
         let mut s = Switches::default();
         for name in list.split(',').map(str::trim) {
             match name {
-                "exact" => {}
+                "" | "exact" => {}
                 "wide-sums" => s.wide_sums = true,
                 "exl3-fast" => s.exl3_fast = true,
                 "exl3-prompt-gemm" => s.exl3_prompt_gemm = true,
@@ -65,6 +65,8 @@ pub struct Args {
     pub window: usize,
     pub max_positions: Option<usize>,
     pub out: Option<PathBuf>,
+    /// Write the prompt set's ids (chats encoded by our encoder) here and stop, for tools/golden/noise_floor.py --ids.
+    pub dump_ids: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -79,6 +81,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         window: 16,
         max_positions: None,
         out: None,
+        dump_ids: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -106,10 +109,11 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--window" => a.window = num(value()?)?.max(1),
             "--max-positions" => a.max_positions = Some(num(value()?)?),
             "--out" => a.out = Some(value()?.into()),
+            "--dump-ids" => a.dump_ids = Some(value()?.into()),
             other => return Err(format!("unexpected argument `{other}`")),
         }
     }
-    if a.candidate.is_empty() {
+    if a.candidate.is_empty() && a.dump_ids.is_none() {
         return Err("--candidate is required (a comma list; `exact` measures the exact path against itself)".into());
     }
     Ok(a)
@@ -268,6 +272,12 @@ pub fn gate(a: &Args) -> Result<Value, String> {
     let tok = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| e.to_string())?;
     let cfg = tf_dsv41::Config::load(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let prompts = load_prompts(&a.prompts, &tok, cfg.bos_token_id, cfg.max_seq_len.saturating_sub(1))?;
+    if let Some(path) = &a.dump_ids {
+        let list: Vec<Value> = prompts.iter().map(|p| json!({"name": p.name, "kind": p.kind, "ids": p.ids})).collect();
+        let text = serde_json::to_string(&json!({"prompts": list})).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(json!({"verdict": format!("ids of {} prompts written to {}", list.len(), path.display())}));
+    }
     let sha = checkpoint_sha256(&dir)?;
     let t0 = Instant::now();
     let tallies = score_on(&dir, a, sw, &prompts)?;

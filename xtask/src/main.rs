@@ -18,7 +18,7 @@ commands:
   bench cpu [criterion args] | bench gpu | bench engram [--size-gb G ...] | bench engram-reuse [PATH ...]
       cpu: the matmul, qgemm and fp4 benchmarks; gpu: build gpu-carry/ and run (or explain) scripts/gpu-check.sh
   gate --candidate SWITCHES [--model DIR] [--device cpu|cuda[:N]] [--prompts FILE] [--thresholds FILE]
-       [--prefill-frac F] [--window N] [--max-positions N] [--out FILE]
+       [--prefill-frac F] [--window N] [--max-positions N] [--out FILE] [--dump-ids FILE]
       the exact path and a candidate (exact, wide-sums, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs)
       teacher-forced on assets/gate/prompts.json: KL, greedy agreement, top-1, NLL against assets/gate/thresholds.json
   lean-check [--root DIR] [--update-baseline]

@@ -67,6 +67,13 @@ fn the_gate_scores_a_candidate_and_judges_only_on_the_declared_model() {
     let fair = thresholds(d.path(), json!({"gate_model": sha, "max_nll_increase": 0.01, "max_kl_mean": 0.0}));
     let (code, r, log) = gate(d.path(), &["--candidate", "exact", "--thresholds", &fair]);
     assert_eq!((code, r["verdict"].as_str()), (0, Some("pass")), "{log}");
+    let ids = d.path().join("ids.json");
+    let (code, _, log) = gate(d.path(), &["--dump-ids", ids.to_str().unwrap()]);
+    assert_eq!(code, 0, "{log}");
+    let ids: Value = serde_json::from_str(&std::fs::read_to_string(&ids).unwrap()).unwrap();
+    let chat = ids["prompts"].as_array().unwrap().iter().find(|p| p["kind"] == "chat").unwrap();
+    assert_eq!(chat["ids"][0], 0, "BOS first: {chat}");
+    assert!(chat["ids"].as_array().unwrap().len() > 20, "the chat is encoded, not skipped: {chat}");
     let (code, _, log) = gate(d.path(), &["--candidate", "fast-please"]);
     assert_eq!(code, 2, "an unknown switch is a usage error: {log}");
 }
