@@ -3,8 +3,8 @@
 use std::path::Path;
 use tf_core::{Checkpoint, DType};
 use tf_dsv41::Config;
-use tf_dsv41::wquant::{dequant_fp4, dequant_fp8_tiles};
 use tf_dsv41::tiny::{TinyKind, audit, expected_tensors, small_config, tiny_config, write_checkpoint};
+use tf_dsv41::wquant::{dequant_fp4, dequant_fp8_tiles};
 
 fn spec(cfg: &Config, name: &str) -> Option<(DType, Vec<usize>)> {
     expected_tensors(cfg).into_iter().find(|t| t.name == name).map(|t| (t.dtype, t.shape))

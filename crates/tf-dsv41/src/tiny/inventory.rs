@@ -1,7 +1,7 @@
 //! Every tensor DeepSeek's reference `Transformer` loads for a config: names, storage dtypes and shapes (spec §3.2).
 
-use crate::wquant::BLOCK;
 use crate::config::{Config, roles};
+use crate::wquant::BLOCK;
 use tf_core::{Checkpoint, DType};
 
 /// How one parameter is stored; quantized ones carry a sibling `.scale` tensor.
