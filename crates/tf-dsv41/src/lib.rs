@@ -4,6 +4,7 @@ pub mod attn;
 pub mod config;
 pub mod cuda;
 pub mod engram;
+pub mod family;
 pub mod linear;
 pub mod mhc;
 pub mod model;
@@ -16,3 +17,4 @@ pub mod wquant;
 
 pub use config::{Config, ConfigError};
 pub use model::{Model, Options, PrefillMxfp4};
+pub use tf_engram::IoMode as EngramIo;

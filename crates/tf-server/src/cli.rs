@@ -196,8 +196,8 @@ impl ServeArgs {
         };
         let engram_io = match self.engram_io {
             EngramIo::Mapped => None,
-            EngramIo::Mmap => Some(tf_engram::IoMode::Mmap),
-            EngramIo::Direct => Some(tf_engram::IoMode::Direct),
+            EngramIo::Mmap => Some(tf_dsv41::EngramIo::Mmap),
+            EngramIo::Direct => Some(tf_dsv41::EngramIo::Direct),
         };
         if self.engram_cache_rows > 0 && engram_io.is_none() {
             return Err("--engram-cache-rows needs --engram-io mmap|direct (mapped tables are in memory)".into());

@@ -210,7 +210,7 @@ fn engram_rows_read_from_disk_ahead_equal_the_mapped_tables() {
     };
     let mapped = run(None);
     assert!(mapped.iter().all(|e| matches!(e.last(), Some(Event::Done { .. }))), "{mapped:?}");
-    assert_eq!(run(Some(tf_engram::IoMode::Mmap)), mapped);
+    assert_eq!(run(Some(tf_dsv41::EngramIo::Mmap)), mapped);
 }
 
 #[test]

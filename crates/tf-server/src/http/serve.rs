@@ -1,7 +1,7 @@
 //! `tf serve`: bind, load the model in the background (health is 503 until then), serve until Ctrl-C.
 
 use super::{AppState, Engine, router};
-use crate::lanes::{LaneHost, Limits, load_dsv41};
+use crate::lanes::{LaneHost, Limits};
 use crate::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ pub struct ServeConfig {
     pub replay: bool,
     pub device: Device,
     /// Engram rows from the mapped checkpoint (`None`) or read from its shards in this mode (`--engram-io`).
-    pub engram_io: Option<tf_engram::IoMode>,
+    pub engram_io: Option<tf_dsv41::EngramIo>,
     /// Rows of each disk table kept decoded in host memory (`--engram-cache-rows`, 0: none); measured in docs/engram-disk.md.
     pub engram_cache_rows: usize,
     /// DeepSeek's original checkpoint to take the Engram tables from (`--engram-from`): an EXL3 checkpoint keeps none.
@@ -108,20 +108,15 @@ pub fn load_engine(
     graphs: bool,
 ) -> Result<Engine, String> {
     let tok = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| e.to_string())?;
-    let (host, bos) = match device {
-        Device::Cpu => {
-            let model = load_dsv41(dir, opts)?;
-            let bos = model.cfg.bos_token_id;
-            (LaneHost::spawn(model, limits), bos)
-        }
-        Device::Cuda(n) => {
-            let gpu = tf_dsv41::cuda::open_gpu(n).map_err(|e| format!("GPU {n}: {e}"))?;
-            let mut model =
-                tf_dsv41::cuda::GpuModel::load(dir, opts, gpu).map_err(|e| format!("{}: {e}", dir.display()))?;
-            model.graphs = graphs;
-            let bos = model.cfg().bos_token_id;
-            (LaneHost::spawn(model, limits), bos)
-        }
+    let gpu = match device {
+        Device::Cpu => None,
+        Device::Cuda(n) => Some(n),
+    };
+    let model = tf_dsv41::family::Loaded::load(dir, opts, gpu, graphs)?;
+    let bos = model.bos();
+    let host = match model {
+        tf_dsv41::family::Loaded::Cpu(m) => LaneHost::spawn(*m, limits),
+        tf_dsv41::family::Loaded::Cuda(m) => LaneHost::spawn(*m, limits),
     };
     Ok(Engine { host, tok: Arc::new(tok), bos })
 }

@@ -1,0 +1,172 @@
+//! dsv41 as a `tf_family::Family`: the CPU reference and the CUDA model, with Engram read-ahead.
+
+use std::path::Path;
+use tf_family::Family;
+
+/// Read-ahead depth (chunks) and parts per chunk of a prompt's Engram rows; the shared reader pool grows to the parts (docs/engram-disk.md).
+const ENGRAM_AHEAD: (usize, usize) = (4, 64);
+
+/// dsv41's read-ahead after a lane's n-gram history (`None`: a fresh lane's); only tables read from disk (`--engram-io mmap|direct`) are fetched, mapped ones are in memory.
+fn dsv41_prefetch(
+    m: &crate::Model,
+    hist: Option<Option<&tf_engram::NgramHistory>>,
+    prompt: &[u32],
+    chunks: &[usize],
+) -> Result<Option<crate::model::Prefetch>, String> {
+    if m.opts.engram_io.is_none() {
+        return Ok(None);
+    }
+    let fresh = m.hasher.as_ref().map(tf_engram::NgramHasher::history);
+    m.prefetch_after(hist.unwrap_or(fresh.as_ref()), prompt, chunks, ENGRAM_AHEAD).map_err(|e| e.to_string())
+}
+
+/// A decode step's rows as one chunk; a read-ahead that cannot start leaves the step to read its rows itself.
+fn dsv41_prefetch_decode(
+    m: &crate::Model,
+    hist: Option<&tf_engram::NgramHistory>,
+    tokens: &[u32],
+) -> Option<crate::model::Prefetch> {
+    dsv41_prefetch(m, Some(hist), tokens, &[tokens.len()]).ok().flatten()
+}
+
+/// The read-ahead methods of a dsv41 backend `$m`, whose `$cpu` gives the CPU model holding the tables and hasher.
+macro_rules! dsv41_read_ahead {
+    ($m:path, $cpu:path) => {
+        type Prefetch = crate::model::Prefetch;
+
+        fn prefetch(
+            &self,
+            lane: Option<&Self::Lane>,
+            prompt: &[u32],
+            chunks: &[usize],
+        ) -> Result<Option<Self::Prefetch>, String> {
+            let Some(cpu) = $cpu(self) else { return Ok(None) };
+            dsv41_prefetch(cpu, lane.map(|l| l.engram.as_ref()), prompt, chunks)
+        }
+
+        fn prefill_prefetched(
+            &self,
+            lane: &mut Self::Lane,
+            tokens: &[u32],
+            last: bool,
+            pf: &mut Self::Prefetch,
+        ) -> Result<Option<Vec<f32>>, String> {
+            <$m>::prefill_prefetched(self, lane, tokens, last, pf).map_err(|e| e.to_string())
+        }
+
+        fn prefetch_decode(&self, lane: &Self::Lane, tokens: &[u32]) -> Option<Self::Prefetch> {
+            dsv41_prefetch_decode($cpu(self)?, lane.engram.as_ref(), tokens)
+        }
+
+        fn decode_prefetched(
+            &self,
+            lane: &mut Self::Lane,
+            tokens: &[u32],
+            pf: &mut Self::Prefetch,
+        ) -> Result<Vec<Vec<f32>>, String> {
+            <$m>::decode_prefetched(self, lane, tokens, pf).map_err(|e| e.to_string())
+        }
+    };
+}
+
+impl Family for crate::Model {
+    type Lane = crate::state::SeqState;
+
+    fn new_lane(&self) -> Result<Self::Lane, String> {
+        Ok(self.new_state())
+    }
+
+    fn fork(&self, lane: &Self::Lane) -> Result<Self::Lane, String> {
+        Ok(lane.clone())
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn eos_token(&self) -> u32 {
+        self.cfg.eos_token_id
+    }
+
+    fn max_context(&self) -> usize {
+        self.cfg.max_seq_len
+    }
+
+    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
+        crate::Model::prefill(self, lane, tokens, last).map_err(|e| e.to_string())
+    }
+
+    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
+        crate::Model::decode(self, lane, tokens).map_err(|e| e.to_string())
+    }
+
+    dsv41_read_ahead!(crate::Model, Some);
+}
+
+impl Family for crate::cuda::GpuModel {
+    type Lane = crate::cuda::GpuLane;
+
+    fn new_lane(&self) -> Result<Self::Lane, String> {
+        crate::cuda::GpuModel::new_lane(self).map_err(|e| e.to_string())
+    }
+
+    fn fork(&self, lane: &Self::Lane) -> Result<Self::Lane, String> {
+        lane.fork(self.gpu).map_err(|e| e.to_string())
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg().vocab_size
+    }
+
+    fn eos_token(&self) -> u32 {
+        self.cfg().eos_token_id
+    }
+
+    fn max_context(&self) -> usize {
+        self.cfg().max_seq_len
+    }
+
+    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
+        crate::cuda::GpuModel::prefill(self, lane, tokens, last).map_err(|e| e.to_string())
+    }
+
+    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
+        crate::cuda::GpuModel::decode(self, lane, tokens).map_err(|e| e.to_string())
+    }
+
+    dsv41_read_ahead!(crate::cuda::GpuModel, gpu_cpu);
+}
+
+/// The CPU model a GPU model keeps for its Engram tables and hasher.
+fn gpu_cpu(m: &crate::cuda::GpuModel) -> Option<&crate::Model> {
+    m.cpu.as_ref()
+}
+
+/// Loads the dsv41 family from a checkpoint directory.
+pub fn load_dsv41(dir: &Path, opts: crate::Options) -> Result<crate::Model, String> {
+    crate::Model::load(dir, opts).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// A dsv41 model loaded for serving, on the CPU or one GPU: what a server starts its lane host with.
+pub enum Loaded {
+    Cpu(Box<crate::Model>),
+    Cuda(Box<crate::cuda::GpuModel>),
+}
+
+impl Loaded {
+    /// Loads `dir` on the CPU (`gpu: None`) or on GPU `n` (`graphs`: each decode step as one CUDA graph).
+    pub fn load(dir: &Path, opts: crate::Options, gpu: Option<usize>, graphs: bool) -> Result<Loaded, String> {
+        let Some(n) = gpu else { return load_dsv41(dir, opts).map(|m| Loaded::Cpu(Box::new(m))) };
+        let gpu = crate::cuda::open_gpu(n).map_err(|e| format!("GPU {n}: {e}"))?;
+        let mut model = crate::cuda::GpuModel::load(dir, opts, gpu).map_err(|e| format!("{}: {e}", dir.display()))?;
+        model.graphs = graphs;
+        Ok(Loaded::Cuda(Box::new(model)))
+    }
+
+    pub fn bos(&self) -> u32 {
+        match self {
+            Loaded::Cpu(m) => m.cfg.bos_token_id,
+            Loaded::Cuda(m) => m.cfg().bos_token_id,
+        }
+    }
+}

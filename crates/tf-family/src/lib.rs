@@ -1,0 +1,55 @@
+//! The family trait: what a server's lane host needs from a model family, and nothing about HTTP or any one model.
+
+/// One model family as the lane host drives it; the host owns it on its scheduler thread.
+pub trait Family: Send + 'static {
+    /// A sequence's state (its caches); one per lane.
+    type Lane: Send;
+
+    /// A fresh lane; fails (that request only) when its caches cannot be allocated.
+    fn new_lane(&self) -> Result<Self::Lane, String>;
+    /// A copy of a lane that continues exactly as the original would (the prompt cache's snapshot).
+    fn fork(&self, lane: &Self::Lane) -> Result<Self::Lane, String>;
+    fn vocab_size(&self) -> usize;
+    fn eos_token(&self) -> u32;
+    /// Longest prompt plus generation a lane may hold.
+    fn max_context(&self) -> usize;
+    /// Feeds a prompt chunk; returns the last row's logits when `last`.
+    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String>;
+    /// Feeds rows after the prompt; returns each row's logits.
+    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String>;
+
+    /// What a prompt's rows fetched ahead of its chunks are held in (Engram read-ahead); `()` for families without.
+    type Prefetch: Send;
+    /// Starts fetching what the prompt's chunks (of these lengths, after `lane`'s history; `None`: a fresh lane's) will read; `None`: nothing to fetch.
+    fn prefetch(
+        &self,
+        _lane: Option<&Self::Lane>,
+        _prompt: &[u32],
+        _chunks: &[usize],
+    ) -> Result<Option<Self::Prefetch>, String> {
+        Ok(None)
+    }
+    /// [`Family::prefill`] of the next prefetched chunk.
+    fn prefill_prefetched(
+        &self,
+        lane: &mut Self::Lane,
+        tokens: &[u32],
+        last: bool,
+        _pf: &mut Self::Prefetch,
+    ) -> Result<Option<Vec<f32>>, String> {
+        self.prefill(lane, tokens, last)
+    }
+    /// Starts fetching what decoding `tokens` next on `lane` will read, as soon as they are sampled; `None`: nothing to fetch.
+    fn prefetch_decode(&self, _lane: &Self::Lane, _tokens: &[u32]) -> Option<Self::Prefetch> {
+        None
+    }
+    /// [`Family::decode`] of the rows `prefetch_decode` fetched for.
+    fn decode_prefetched(
+        &self,
+        lane: &mut Self::Lane,
+        tokens: &[u32],
+        _pf: &mut Self::Prefetch,
+    ) -> Result<Vec<Vec<f32>>, String> {
+        self.decode(lane, tokens)
+    }
+}
