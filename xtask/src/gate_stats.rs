@@ -187,7 +187,7 @@ mod tests {
         let (p, q) = ([0.0f32, 0.0], [0.0f32, 2.0f32.ln()]);
         let kl = 0.5 * (0.5f64 / (1.0 / 3.0)).ln() + 0.5 * (0.5f64 / (2.0 / 3.0)).ln();
         let r = score_row(&p, &q, 0);
-        assert!((r.kl - kl).abs() < 1e-12, "{} vs {kl}", r.kl);
+        assert!((r.kl - kl).abs() < 1e-7, "{} vs {kl} (ln 2 is rounded to f32 in q)", r.kl);
         assert!(!r.agree, "ties go to the lowest id, so exact picks 0 and the candidate 1");
         assert!(r.hit_exact && !r.hit_cand);
     }
