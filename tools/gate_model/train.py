@@ -81,6 +81,7 @@ def main():
     ap.add_argument("--compact", action="store_true", help="save as ckpt.save_compact parts (GPU calls return ≤ 16 MiB files)")
     ap.add_argument("--init", type=Path, help="start from this checkpoint's weights (.pt or compact parts)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the hot functions (falls back to eager on error)")
+    ap.add_argument("--compile-after", type=int, default=0, help="eager for this many steps first, to time both")
     ap.add_argument("--eval-batch", type=int, default=16)
     ap.add_argument("--save-every-eval", action="store_true", help="rewrite the checkpoint at every eval")
     ap.add_argument("--time-limit", type=float, default=0, help="stop after so many seconds (0 = none)")
@@ -110,7 +111,8 @@ def main():
     if device == "cuda":
         # fp8, fp4 and bf16 operands are exact in TF32, so the quantized forward products do not change
         torch.backends.cuda.matmul.allow_tf32 = True
-    use_compiled(a.compile)
+    want_compile, a.compile = a.compile, False
+    ticks = {}
     hasher = EngramHasher(cfg, load_token_map().to(device))
     decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() >= 2 and "hc_" not in n]
     rest = [p for n, p in model.named_parameters() if p.requires_grad and not (p.dim() >= 2 and "hc_" not in n)]
@@ -132,7 +134,14 @@ def main():
             g["lr"] = a.lr * sched(step)
         w = windows(train, rng.integers(0, len(train) - a.seq - 2, a.batch), a.seq).to(device)
         x, y = w[:, :-1], w[:, 1:]
-        loss, aux = first_step(model, hasher, x, y, opt, a) if step == 0 else step_loss(model, hasher, x, y, opt, a.indexer_loss)
+        ticks[step] = time.time()
+        if want_compile and step == a.compile_after:
+            a.compile = True
+            use_compiled(True)
+        if want_compile and step == a.compile_after + 25 and a.compile:
+            keep_faster(a, ticks, step)
+        careful = step == 0 or (want_compile and step == a.compile_after)
+        loss, aux = first_step(model, hasher, x, y, opt, a) if careful else step_loss(model, hasher, x, y, opt, a.indexer_loss)
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         update_router_bias(model, 1e-3)
@@ -156,6 +165,17 @@ def main():
         if last:
             break
     save(model, hf, log, a, step + 1, t0)
+
+
+def keep_faster(a, ticks, step):
+    """Compiled steps 5..25 against the eager steps before them; back to eager if compiling did not pay."""
+    n = a.compile_after
+    eager = (n - 10) / (ticks[n] - ticks[10]) if n > 10 else 0.0
+    comp = 20 / (ticks[step] - ticks[step - 20])
+    print(f"steps/s eager {eager:.3f} compiled {comp:.3f} (batch {a.batch})", flush=True)
+    if comp < eager:
+        a.compile = False
+        use_compiled(False)
 
 
 def first_step(model, hasher, x, y, opt, a):
@@ -189,7 +209,7 @@ def step_loss(model, hasher, x, y, opt, indexer_weight):
 
 
 def save(model, hf, log, a, steps, t0):
-    log["steps_done"] = steps
+    log["steps_done"], log["compiled"] = steps, a.compile
     log["seconds"] = round(time.time() - t0, 1)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     ck = {"hf": hf, "state": {k: v.cpu() for k, v in model.state_dict().items()}, "log": log}
