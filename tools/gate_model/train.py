@@ -184,7 +184,7 @@ def first_step(model, hasher, x, y, opt, a):
         try:
             out = step_loss(model, hasher, x[:a.batch], y[:a.batch], opt, a.indexer_loss)
             if x.is_cuda:
-                print(f"step 0 peak memory {torch.cuda.max_memory_allocated() / 2 ** 30:.1f} GiB", flush=True)
+                print(f"peak memory so far {torch.cuda.max_memory_allocated() / 2 ** 30:.1f} GiB", flush=True)
             return out
         except torch.OutOfMemoryError:
             opt.zero_grad(set_to_none=True)
