@@ -60,6 +60,16 @@ def load_ckpt(path: Path) -> dict:
     return ck
 
 
+def backbone_init(pt: Path, out: Path) -> list[Path]:
+    """Compact parts of a checkpoint's backbone alone (no DSpark stages, no log): a `train.py --init` that fits a call's carry."""
+    ck = load_ckpt(pt)
+    state = {k: v for k, v in ck["state"].items() if not k.startswith("mtp.")}
+    return save_compact({"hf": ck["hf"], "state": state}, out)
+
+
 if __name__ == "__main__":
     import sys
-    pack_tokens(Path(sys.argv[1]))
+    if sys.argv[1] == "--backbone":
+        print(backbone_init(Path(sys.argv[2]), Path(sys.argv[3])))
+    else:
+        pack_tokens(Path(sys.argv[1]))

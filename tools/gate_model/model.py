@@ -256,14 +256,21 @@ class MoE(nn.Module):
         w = w * cfg.routed_scaling_factor
         dense_w = torch.zeros_like(scores).scatter(-1, idx, w)
         self.load = torch.zeros_like(scores).scatter(-1, idx, 1.0).flatten(0, -2).mean(0).detach()
-        y = torch.zeros_like(x)
-        for e, ex in enumerate(self.experts):
-            we = dense_w[..., e:e + 1]
-            hdn = rb(swiglu(fp4_linear(x, ex.w1.weight), fp4_linear(x, ex.w3.weight), lim) * we)
-            y = y + fp4_linear(hdn, ex.w2.weight) * (we != 0)
+        y = routed_experts(x, dense_w, *(torch.stack([getattr(ex, w).weight for ex in self.experts])
+                                         for w in ("w1", "w3", "w2")), lim)
         sh = self.shared_experts
         y = y + fp8_linear(rb(swiglu(fp8_linear(x, sh.w1.weight), fp8_linear(x, sh.w3.weight), lim)), sh.w2.weight)
         return rb(y)
+
+
+def routed_experts(x, dense_w, w1, w3, w2, lim):
+    """All experts as one batched matmul over `[n, tokens]`; unselected experts are zeroed, so the sum equals the per-expert loop."""
+    xq = qdq_fp8_groups(x, 32).reshape(1, -1, x.shape[-1])
+    we = dense_w.reshape(-1, w1.shape[0]).t()[..., None]
+    g, u = rb(xq @ qdq_fp4_weight(w1).transpose(1, 2)), rb(xq @ qdq_fp4_weight(w3).transpose(1, 2))
+    hdn = rb(swiglu(g, u, lim) * we)
+    out = rb(qdq_fp8_groups(hdn, 32) @ qdq_fp4_weight(w2).transpose(1, 2)) * (we != 0)
+    return out.sum(0).reshape(x.shape)
 
 
 class Engram(nn.Module):
@@ -410,6 +417,15 @@ class Dsv41(nn.Module):
     def forward(self, tokens, engram_ids):
         """f32 logits of every row, `[B, S, vocab]`."""
         return self.hidden(tokens, engram_ids) @ rb(self.head_weight()).t()
+
+    def used_nll(self, tokens, engram_ids, targets):
+        """Mean NLL over the full vocabulary from used rows only: the unused rows share one logit, counted as +log(count)."""
+        h = self.hidden(tokens, engram_ids)
+        idx = self.used.nonzero().squeeze(1)
+        rest = h @ rb(self.head_rest)
+        logits = torch.cat((h @ rb(self.head.weight[idx]).t(), (rest + math.log(self.cfg.vocab - idx.numel()))[..., None]), -1)
+        pos = torch.cumsum(self.used.long(), 0) - 1
+        return F.cross_entropy(logits.flatten(0, 1), pos[targets].flatten())
 
     def moe_loads(self):
         return [(blk.ffn, blk.ffn.load) for blk in self.layers if blk.ffn.load is not None]

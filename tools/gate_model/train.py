@@ -10,9 +10,24 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ckpt import load_train, save_compact
+import model as M
+from ckpt import load_ckpt, load_train, save_compact
 from config import SMALL_HF, Cfg, EngramHasher, load_token_map
 from model import Dsv41
+
+HOT = ("fp8_linear", "bf16_linear", "rms_norm", "rope", "attend", "hc_mixes", "hc_pre", "hc_post", "routed_experts")
+EAGER = {n: getattr(M, n) for n in HOT}
+COMPILED = {}
+
+
+def use_compiled(on: bool):
+    """Swaps model.py's hot elementwise-heavy functions for torch.compile'd ones (GPU training only; evals stay eager)."""
+    if on and not COMPILED:
+        import torch._dynamo
+        torch._dynamo.config.cache_size_limit = 64
+        COMPILED.update({n: torch.compile(f, dynamic=False) for n, f in EAGER.items()})
+    for n in HOT:
+        setattr(M, n, (COMPILED if on else EAGER)[n])
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -64,6 +79,11 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--compact", action="store_true", help="save as ckpt.save_compact parts (GPU calls return ≤ 16 MiB files)")
+    ap.add_argument("--init", type=Path, help="start from this checkpoint's weights (.pt or compact parts)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the hot functions (falls back to eager on error)")
+    ap.add_argument("--compile-after", type=int, default=0, help="eager for this many steps first, to time both")
+    ap.add_argument("--eval-batch", type=int, default=16)
+    ap.add_argument("--save-every-eval", action="store_true", help="rewrite the checkpoint at every eval")
     ap.add_argument("--time-limit", type=float, default=0, help="stop after so many seconds (0 = none)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -81,7 +101,18 @@ def main():
     used = torch.zeros(cfg.vocab, dtype=torch.bool)
     used[torch.from_numpy(np.unique(train).astype(np.int64))] = True
     used[[0, 1, 2]] = True
-    model = Dsv41(cfg, used).to(device)
+    model = Dsv41(cfg, used)
+    if a.init:
+        missing, unexpected = model.load_state_dict(load_ckpt(a.init)["state"], strict=False)
+        assert not unexpected and all(k.startswith("mtp.") for k in missing), (missing, unexpected)
+        print(f"init from {a.init}" + (f"; DSpark stages fresh ({len(missing)} tensors)" if missing else ""))
+        assert torch.equal(model.used, used), "--init was trained on another used-id set"
+    model = model.to(device)
+    if device == "cuda":
+        # fp8, fp4 and bf16 operands are exact in TF32, so the quantized forward products do not change
+        torch.backends.cuda.matmul.allow_tf32 = True
+    want_compile, a.compile = a.compile, False
+    ticks = {}
     hasher = EngramHasher(cfg, load_token_map().to(device))
     decay = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() >= 2 and "hc_" not in n]
     rest = [p for n, p in model.named_parameters() if p.requires_grad and not (p.dim() >= 2 and "hc_" not in n)]
@@ -97,32 +128,88 @@ def main():
            "params": sum(p.numel() for p in model.parameters()), "steps": [], "evals": []}
     print(f"{log['params']} params, {log['used_vocab']} used ids, train {train.size} tokens, device {device}")
     t0 = time.time()
-    step = 0
+    step, mark = 0, (0, t0)
     for step in range(a.steps):
         for g in opt.param_groups:
             g["lr"] = a.lr * sched(step)
         w = windows(train, rng.integers(0, len(train) - a.seq - 2, a.batch), a.seq).to(device)
         x, y = w[:, :-1], w[:, 1:]
-        loss = F.cross_entropy(model(x, hasher.ids(x)).flatten(0, 1), y.flatten())
-        aux = model.aux if model.aux is not None else torch.zeros((), device=device)
-        opt.zero_grad(set_to_none=True)
-        (loss + a.indexer_loss * aux).backward()
+        ticks[step] = time.time()
+        if want_compile and step == a.compile_after:
+            a.compile = True
+            use_compiled(True)
+        if want_compile and step == a.compile_after + 25 and a.compile:
+            keep_faster(a, ticks, step)
+        careful = step == 0 or (want_compile and step == a.compile_after)
+        loss, aux = first_step(model, hasher, x, y, opt, a) if careful else step_loss(model, hasher, x, y, opt, a.indexer_loss)
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         update_router_bias(model, 1e-3)
         log["steps"].append([step, round(loss.item(), 4), round(gn.item(), 3), round(time.time() - t0, 1),
                              round(aux.item(), 4)])
         if step % 10 == 0:
+            now = time.time()
+            rate = (step - mark[0]) * a.batch * a.seq / max(now - mark[1], 1e-9)
+            mark = (step, now)
             print(f"step {step} loss {loss.item():.4f} indexer-kl {aux.item():.4f} gnorm {gn.item():.2f} "
-                  f"{time.time() - t0:.0f}s", flush=True)
+                  f"{now - t0:.0f}s {rate:.0f} tok/s", flush=True)
         last = step + 1 == a.steps or (a.time_limit and time.time() - t0 > a.time_limit)
         if (step + 1) % a.eval_every == 0 or last:
-            nll = evaluate(model, hasher, held, a.seq, a.eval_windows, a.batch, device)
+            use_compiled(False)
+            nll = evaluate(model, hasher, held, a.seq, a.eval_windows, a.eval_batch, device)
+            use_compiled(a.compile)
             log["evals"].append([step + 1, round(nll, 4)])
             print(f"eval step {step + 1} held-out nll {nll:.4f} ppl {math.exp(nll):.1f}", flush=True)
+            if a.save_every_eval and not last:
+                save(model, hf, log, a, step + 1, t0)
         if last:
             break
-    log["steps_done"] = step + 1
+    save(model, hf, log, a, step + 1, t0)
+
+
+def keep_faster(a, ticks, step):
+    """Compiled steps 5..25 against the eager steps before them; back to eager if compiling did not pay."""
+    n = a.compile_after
+    eager = (n - 10) / (ticks[n] - ticks[10]) if n > 10 else 0.0
+    comp = 20 / (ticks[step] - ticks[step - 20])
+    print(f"steps/s eager {eager:.3f} compiled {comp:.3f} (batch {a.batch})", flush=True)
+    if comp < eager:
+        a.compile = False
+        use_compiled(False)
+
+
+def first_step(model, hasher, x, y, opt, a):
+    """Step 0 with fallbacks: out of memory halves the batch, any other error under compile turns compile off."""
+    while True:
+        try:
+            out = step_loss(model, hasher, x[:a.batch], y[:a.batch], opt, a.indexer_loss)
+            if x.is_cuda:
+                print(f"peak memory so far {torch.cuda.max_memory_allocated() / 2 ** 30:.1f} GiB", flush=True)
+            return out
+        except torch.OutOfMemoryError:
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+            a.batch //= 2
+            print(f"out of memory; batch {a.batch} from here", flush=True)
+        except Exception as e:
+            if not a.compile:
+                raise
+            print(f"compile failed ({type(e).__name__}: {str(e)[:300]}); eager from here", flush=True)
+            a.compile = False
+            use_compiled(False)
+
+
+def step_loss(model, hasher, x, y, opt, indexer_weight):
+    """Forward with the used-row loss (exact full-vocabulary NLL, train targets are all used ids) and backward."""
+    loss = model.used_nll(x, hasher.ids(x), y)
+    aux = model.aux if model.aux is not None else torch.zeros((), device=x.device)
+    opt.zero_grad(set_to_none=True)
+    (loss + indexer_weight * aux).backward()
+    return loss, aux
+
+
+def save(model, hf, log, a, steps, t0):
+    log["steps_done"], log["compiled"] = steps, a.compile
     log["seconds"] = round(time.time() - t0, 1)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     ck = {"hf": hf, "state": {k: v.cpu() for k, v in model.state_dict().items()}, "log": log}
