@@ -44,8 +44,8 @@ impl Switches {
         tf_dsv41::Options {
             wide_sums: self.wide_sums,
             exl3_fast: self.exl3_fast,
-            exl3_prompt_gemm: self.exl3_prompt_gemm.then_some(256),
-            prefill_mxfp4: self.prefill_mxfp4.then_some(tf_dsv41::PrefillMxfp4 { layers: usize::MAX, min_rows: 2048 }),
+            exl3_prompt_gemm: self.exl3_prompt_gemm.then_some(tf_dsv41::EXL3_PROMPT_MIN_ROWS),
+            prefill_mxfp4: self.prefill_mxfp4.then_some(tf_dsv41::PrefillMxfp4::DEFAULT),
             ..tf_dsv41::Options::default()
         }
     }
@@ -188,9 +188,16 @@ pub fn checkpoint_sha256(dir: &Path) -> Result<String, String> {
         .collect();
     shards.sort();
     let mut h = Sha256::new();
+    let mut buf = vec![0u8; 8 << 20];
     for s in &shards {
-        let bytes = std::fs::read(s).map_err(|e| format!("{}: {e}", s.display()))?;
-        h.update(&bytes);
+        let mut f = std::fs::File::open(s).map_err(|e| format!("{}: {e}", s.display()))?;
+        loop {
+            let n = std::io::Read::read(&mut f, &mut buf).map_err(|e| format!("{}: {e}", s.display()))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
     }
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
@@ -213,43 +220,37 @@ fn score<F: Family>(exact: &F, cand: &F, prompts: &[Prompt], a: &Args) -> Result
         let rc = cand.prefill(&mut lc, &p.ids[..head], true)?.ok_or("prefill gave no logits")?;
         let want = (n - head).min(left);
         let stop = head + want - 1;
-        let mut rows = vec![(re, rc)];
+        let mut tally = |rows: Vec<(Vec<f32>, Vec<f32>)>, first: usize| {
+            for (i, (e, c)) in rows.iter().enumerate() {
+                let r = score_row(e, c, p.ids[first + i]);
+                t.entry(p.kind.clone()).or_default().push(r);
+                t.entry("all".into()).or_default().push(r);
+            }
+        };
+        tally(vec![(re, rc)], head);
         let mut at = head;
         while at < stop {
             let end = (at + a.window).min(stop);
             let (de, dc) = (exact.decode(&mut le, &p.ids[at..end])?, cand.decode(&mut lc, &p.ids[at..end])?);
-            rows.extend(de.into_iter().zip(dc));
+            tally(de.into_iter().zip(dc).collect(), at + 1);
             at = end;
         }
-        let scored = rows.len();
-        for (i, (e, c)) in rows.iter().enumerate() {
-            let r = score_row(e, c, p.ids[head + i]);
-            t.entry(p.kind.clone()).or_default().push(r);
-            t.entry("all".into()).or_default().push(r);
-        }
+        let scored = want;
         left -= scored;
         eprintln!("gate: {} ({}): {scored} positions after a {head}-token prefill", p.name, p.kind);
     }
     Ok(t)
 }
 
-/// Loads both sides on one device and scores them.
+/// Loads both sides on one device through the server's loader and scores them.
 fn score_on(dir: &Path, a: &Args, sw: Switches, prompts: &[Prompt]) -> Result<Tallies, String> {
-    let exact_opts = tf_dsv41::Options::default();
-    match a.device {
-        None => {
-            let e = tf_server::lanes::load_dsv41(dir, exact_opts)?;
-            let c = tf_server::lanes::load_dsv41(dir, sw.options())?;
-            score(&e, &c, prompts, a)
-        }
-        Some(n) => {
-            let gpu = tf_dsv41::cuda::open_gpu(n).map_err(|e| format!("GPU {n}: {e}"))?;
-            let load = |o| tf_dsv41::cuda::GpuModel::load(dir, o, gpu).map_err(|e| format!("{}: {e}", dir.display()));
-            let e = load(exact_opts)?;
-            let mut c = load(sw.options())?;
-            c.graphs = sw.cuda_graphs;
-            score(&e, &c, prompts, a)
-        }
+    use tf_dsv41::family::Loaded;
+    let exact = Loaded::load(dir, tf_dsv41::Options::default(), a.device, false)?;
+    let cand = Loaded::load(dir, sw.options(), a.device, sw.cuda_graphs)?;
+    match (exact, cand) {
+        (Loaded::Cpu(e), Loaded::Cpu(c)) => score(&*e, &*c, prompts, a),
+        (Loaded::Cuda(e), Loaded::Cuda(c)) => score(&*e, &*c, prompts, a),
+        _ => Err("the exact path and the candidate loaded on different devices".into()),
     }
 }
 

@@ -16,5 +16,5 @@ pub mod tiny;
 pub mod wquant;
 
 pub use config::{Config, ConfigError};
-pub use model::{Model, Options, PrefillMxfp4};
+pub use model::{EXL3_PROMPT_MIN_ROWS, Model, Options, PrefillMxfp4};
 pub use tf_engram::IoMode as EngramIo;

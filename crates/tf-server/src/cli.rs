@@ -183,12 +183,14 @@ impl ServeArgs {
     pub fn into_config(self) -> Result<ServeConfig, String> {
         let cpu = self.device == Device::Cpu;
         let mxfp4 = self.prefill_experts == PrefillExperts::Mxfp4;
-        // TensorFold's adopted threshold: chunks under 2048 rows (decode, verify windows, short prompts) keep EXL3.
         let prefill_mxfp4 = match (mxfp4, self.prefill_mxfp4_layers, self.prefill_mxfp4_min_rows) {
-            (true, layers, min_rows) => Some(tf_dsv41::PrefillMxfp4 {
-                layers: layers.unwrap_or(usize::MAX),
-                min_rows: min_rows.unwrap_or(2048),
-            }),
+            (true, layers, min_rows) => {
+                let d = tf_dsv41::PrefillMxfp4::DEFAULT;
+                Some(tf_dsv41::PrefillMxfp4 {
+                    layers: layers.unwrap_or(d.layers),
+                    min_rows: min_rows.unwrap_or(d.min_rows),
+                })
+            }
             (false, None, None) => None,
             (false, ..) => {
                 return Err("--prefill-mxfp4-layers and --prefill-mxfp4-min-rows need --prefill-experts mxfp4".into());
@@ -202,12 +204,11 @@ impl ServeArgs {
         if self.engram_cache_rows > 0 && engram_io.is_none() {
             return Err("--engram-cache-rows needs --engram-io mmap|direct (mapped tables are in memory)".into());
         }
-        // Run 15's numbers put the routed experts' crossover near 256 rows (docs/exl3.md); decode rows stay on the GEMV.
         let exl3_prompt_gemm = match (self.exl3_prompt == Exl3Prompt::Gemm, self.exl3_prompt_min_rows) {
             (true, Some(rows)) if rows < 2 => {
                 return Err("--exl3-prompt-min-rows must be at least 2: one-row decode steps stay on the GEMV".into());
             }
-            (true, rows) => Some(rows.unwrap_or(256)),
+            (true, rows) => Some(rows.unwrap_or(tf_dsv41::EXL3_PROMPT_MIN_ROWS)),
             (false, None) => None,
             (false, Some(_)) => return Err("--exl3-prompt-min-rows needs --exl3-prompt gemm".into()),
         };

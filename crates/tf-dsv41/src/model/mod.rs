@@ -51,6 +51,14 @@ pub struct PrefillMxfp4 {
     pub min_rows: usize,
 }
 
+impl PrefillMxfp4 {
+    /// TensorFold's adopted threshold: every encoder layer, chunks under 2048 rows (decode, verify windows, short prompts) keep EXL3.
+    pub const DEFAULT: PrefillMxfp4 = PrefillMxfp4 { layers: usize::MAX, min_rows: 2048 };
+}
+
+/// Rows from which EXL3 prompt calls take the GEMM by default: run 15 put the routed experts' crossover near 256 (docs/exl3.md).
+pub const EXL3_PROMPT_MIN_ROWS: usize = 256;
+
 impl Options {
     /// `self` taking the Engram tables from `dir` when given: the path lives for the process, so Options stays Copy.
     pub fn with_engram_from(self, dir: Option<&Path>) -> Options {
