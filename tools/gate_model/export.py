@@ -51,9 +51,9 @@ def stored(name: str, t: torch.Tensor) -> list[tuple[str, str, list[int], bytes]
     return [(name, "BF16", list(t.shape), bf16_bytes(t))]
 
 
-def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int], bytes]]):
+def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int], bytes]], meta: dict | None = None):
     """The safetensors layout: u64 header length, JSON header with byte offsets, then the data in order."""
-    header, off = {"__metadata__": {"format": "pt"}}, 0
+    header, off = {"__metadata__": meta or {"format": "pt"}}, 0
     for name, dtype, shape, data in tensors:
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(data)]}
         off += len(data)
@@ -76,7 +76,7 @@ def export(pt: Path, out: Path) -> dict:
     params["embed.weight"] = model.embed_weight()
     params["head.weight"] = model.head_weight()
     for k in [n for n in params if n.endswith(("markov_head.embed.weight", "markov_head.head.weight"))]:
-        params[k] = params[k] * used[:, None]
+        params[k] = torch.where(used[:, None], params[k], 0.0)
     tensors = [t for n, p in params.items() if n not in SKIP for t in stored(n, p)]
     out.mkdir(parents=True, exist_ok=True)
     shard = "model-00001-of-00001.safetensors"

@@ -369,7 +369,9 @@ class Dsv41(nn.Module):
         self.embed = W(v, d, std=0.12)
         self.layers = nn.ModuleList(Block(cfg, l) for l in range(cfg.n_layers))
         self.norm = W(d, mean=1.0)
-        self.head = W(v, d, std=d ** -0.5)
+        # Tied: the head reuses the embedding rows, so the shipped compact form stores the vocab matrix once.
+        self.tie = bool(getattr(cfg, "tie_word_embeddings", False))
+        self.head = None if self.tie else W(v, d, std=d ** -0.5)
         self.head_rest = nn.Parameter(torch.zeros(d))
         self.mtp = nn.ModuleList(Block(cfg, cfg.n_layers + k) for k in range(cfg.n_mtp))
         taps, rank = len(cfg.dspark_target_layer_ids), cfg.dspark_markov_rank
@@ -389,10 +391,13 @@ class Dsv41(nn.Module):
 
     def head_weight(self):
         """Rows of ids never seen in training share one vector, so the stored head compresses (README §size)."""
-        return torch.where(self.used[:, None], self.head.weight, self.head_rest[None, :])
+        return torch.where(self.used[:, None], self.head_rows(), self.head_rest[None, :])
+
+    def head_rows(self):
+        return self.embed.weight if self.tie else self.head.weight
 
     def embed_weight(self):
-        return self.embed.weight * self.used[:, None]
+        return torch.where(self.used[:, None], self.embed.weight, 0.0)
 
     def hidden(self, tokens, engram_ids):
         """Final collapsed, normed hidden `[B, S, dim]` of a whole sequence at positions 0.."""
@@ -423,7 +428,7 @@ class Dsv41(nn.Module):
         h = self.hidden(tokens, engram_ids)
         idx = self.used.nonzero().squeeze(1)
         rest = h @ rb(self.head_rest)
-        logits = torch.cat((h @ rb(self.head.weight[idx]).t(), (rest + math.log(self.cfg.vocab - idx.numel()))[..., None]), -1)
+        logits = torch.cat((h @ rb(self.head_rows()[idx]).t(), (rest + math.log(self.cfg.vocab - idx.numel()))[..., None]), -1)
         pos = torch.cumsum(self.used.long(), 0) - 1
         return F.cross_entropy(logits.flatten(0, 1), pos[targets].flatten())
 

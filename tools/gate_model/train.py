@@ -85,6 +85,9 @@ def main():
     ap.add_argument("--eval-batch", type=int, default=16)
     ap.add_argument("--save-every-eval", action="store_true", help="rewrite the checkpoint at every eval")
     ap.add_argument("--time-limit", type=float, default=0, help="stop after so many seconds (0 = none)")
+    ap.add_argument("--state", type=Path, help="full state (weights, AdamW, step, clock) saved here at each eval and at the end")
+    ap.add_argument("--resume", action="store_true", help="continue from --state (a second call on the warm machine)")
+    ap.add_argument("--stop-after", type=float, default=0, help="this call's seconds of training; --time-limit stays the schedule's total")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -127,20 +130,29 @@ def main():
            "train_tokens": int(train.size), "heldout_tokens": int(held.size), "used_vocab": int(used.sum()),
            "params": sum(p.numel() for p in model.parameters()), "steps": [], "evals": []}
     print(f"{log['params']} params, {log['used_vocab']} used ids, train {train.size} tokens, device {device}")
-    t0 = time.time()
-    step, mark = 0, (0, t0)
-    for step in range(a.steps):
+    t0 = start_t = time.time()
+    start = 0
+    if a.resume:
+        st = torch.load(a.state, map_location=device, weights_only=False)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        rng.bit_generator.state, torch_rng, log = st["rng"], st["torch_rng"], st["log"]
+        torch.set_rng_state(torch_rng)
+        start, t0 = st["step"], time.time() - st["elapsed"]
+        print(f"resumed at step {start}, {st['elapsed']:.0f}s of the schedule done", flush=True)
+    step, mark = start, (start, time.time())
+    for step in range(start, a.steps):
         for g in opt.param_groups:
             g["lr"] = a.lr * sched(step)
         w = windows(train, rng.integers(0, len(train) - a.seq - 2, a.batch), a.seq).to(device)
         x, y = w[:, :-1], w[:, 1:]
         ticks[step] = time.time()
-        if want_compile and step == a.compile_after:
+        if want_compile and step == start + a.compile_after:
             a.compile = True
             use_compiled(True)
-        if want_compile and step == a.compile_after + 25 and a.compile:
-            keep_faster(a, ticks, step)
-        careful = step == 0 or (want_compile and step == a.compile_after)
+        if want_compile and step == start + a.compile_after + 25 and a.compile:
+            keep_faster(a, ticks, step, start)
+        careful = step == start or (want_compile and step == start + a.compile_after)
         loss, aux = first_step(model, hasher, x, y, opt, a) if careful else step_loss(model, hasher, x, y, opt, a.indexer_loss)
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -153,7 +165,8 @@ def main():
             mark = (step, now)
             print(f"step {step} loss {loss.item():.4f} indexer-kl {aux.item():.4f} gnorm {gn.item():.2f} "
                   f"{now - t0:.0f}s {rate:.0f} tok/s", flush=True)
-        last = step + 1 == a.steps or (a.time_limit and time.time() - t0 > a.time_limit)
+        last = step + 1 == a.steps or (a.time_limit and time.time() - t0 > a.time_limit) or \
+            (a.stop_after and time.time() - start_t > a.stop_after)
         if (step + 1) % a.eval_every == 0 or last:
             use_compiled(False)
             nll = evaluate(model, hasher, held, a.seq, a.eval_windows, a.eval_batch, device)
@@ -162,15 +175,19 @@ def main():
             print(f"eval step {step + 1} held-out nll {nll:.4f} ppl {math.exp(nll):.1f}", flush=True)
             if a.save_every_eval and not last:
                 save(model, hf, log, a, step + 1, t0)
+            if a.state:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1,
+                            "elapsed": time.time() - t0, "rng": rng.bit_generator.state,
+                            "torch_rng": torch.get_rng_state(), "log": log}, a.state)
         if last:
             break
     save(model, hf, log, a, step + 1, t0)
 
 
-def keep_faster(a, ticks, step):
+def keep_faster(a, ticks, step, start):
     """Compiled steps 5..25 against the eager steps before them; back to eager if compiling did not pay."""
-    n = a.compile_after
-    eager = (n - 10) / (ticks[n] - ticks[10]) if n > 10 else 0.0
+    n = start + a.compile_after
+    eager = (n - start - 10) / (ticks[n] - ticks[start + 10]) if n > start + 10 else 0.0
     comp = 20 / (ticks[step] - ticks[step - 20])
     print(f"steps/s eager {eager:.3f} compiled {comp:.3f} (batch {a.batch})", flush=True)
     if comp < eager:

@@ -259,11 +259,7 @@ pub fn gate(a: &Args) -> Result<Value, String> {
     let sw = Switches::parse(&a.candidate).map_err(|e| format!("usage: --candidate: {e}"))?;
     let dir = match &a.model {
         Some(d) => d.clone(),
-        None => {
-            let d = tf_server::http::serve::default_model_dir();
-            tf_server::http::serve::ensure_default_model(&d)?;
-            d
-        }
+        None => tf_server::http::serve::default_model()?,
     };
     let th_json: Value = serde_json::from_str(
         &std::fs::read_to_string(&a.thresholds).map_err(|e| format!("{}: {e}", a.thresholds.display()))?,

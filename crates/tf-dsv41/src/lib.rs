@@ -5,6 +5,7 @@ pub mod config;
 pub mod cuda;
 pub mod engram;
 pub mod family;
+pub mod gate_model;
 pub mod linear;
 pub mod mhc;
 pub mod model;

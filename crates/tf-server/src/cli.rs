@@ -15,7 +15,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// OpenAI-compatible server (no --model: the small dsv41 model, written on first run)
+    /// OpenAI-compatible server (no --model: the shipped gate model, expanded on first run)
     Serve(Box<ServeArgs>),
     /// Greedy text from a prompt on the CPU reference model
     Generate(GenerateArgs),
@@ -36,9 +36,9 @@ pub struct LoadArgs {
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct GenerateArgs {
-    /// Checkpoint directory with config.json, safetensors shards and tokenizer.json
+    /// Checkpoint directory with config.json, safetensors shards and tokenizer.json (default: the gate model)
     #[arg(long, value_name = "DIR")]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// Prompt text (BOS is prepended)
     #[arg(long, value_name = "TEXT")]
     pub prompt: String,
@@ -107,7 +107,7 @@ pub enum AdmissionArg {
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Checkpoint directory (default: the small synthetic dsv41 model, written on first run)
+    /// Checkpoint directory (default: the shipped gate model, expanded into the cache on first run)
     #[arg(long, value_name = "DIR")]
     pub model: Option<PathBuf>,
     /// Where the model runs: cpu, cuda or cuda:N

@@ -107,7 +107,8 @@ pub fn greedy(
 /// The command line of `tf generate`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Args {
-    pub model: PathBuf,
+    /// `None`: the default model (the shipped gate model).
+    pub model: Option<PathBuf>,
     pub prompt: String,
     pub max_tokens: usize,
     /// Prompt ids per prefill call; `None` feeds the whole prompt at once.
@@ -149,7 +150,8 @@ pub fn prompt_ids(tok: &Tokenizer, text: &str, bos: u32) -> Result<Vec<u32>> {
 
 /// Runs `tf generate`, writing text to `out` as it is decoded.
 pub fn run(args: &Args, out: &mut impl std::io::Write) -> Result<Stats> {
-    let Loaded { model, tokenizer } = load(&args.model, args.replay, args.engram_from.as_deref())?;
+    let dir = args.model.clone().map_or_else(crate::http::serve::default_model, Ok).map_err(Error::Invalid)?;
+    let Loaded { model, tokenizer } = load(&dir, args.replay, args.engram_from.as_deref())?;
     let (bos, eos) = (model.cfg.bos_token_id, model.cfg.eos_token_id);
     let prompt = prompt_ids(&tokenizer, &args.prompt, bos)?;
     let chunk = args.chunk.unwrap_or(prompt.len());

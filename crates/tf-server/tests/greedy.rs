@@ -105,7 +105,8 @@ fn args(s: &[&str]) -> std::result::Result<Option<Args>, String> {
 fn flags_parse_with_defaults_and_inline_values() {
     let a = args(&["--model", "/m", "--prompt", "Hi there"]).unwrap().unwrap();
     assert_eq!((a.max_tokens, a.chunk, a.replay), (32, None, true));
-    assert_eq!(a.model.to_str(), Some("/m"));
+    assert_eq!(a.model.as_deref(), Some(std::path::Path::new("/m")));
+    assert_eq!(args(&["--prompt", "p"]).unwrap().unwrap().model, None, "no --model: the default model");
     let a = args(&["--prompt=a=b", "--model=/m", "--max-tokens", "5", "--chunk=7", "--no-replay"]).unwrap().unwrap();
     assert_eq!((a.prompt.as_str(), a.max_tokens, a.chunk, a.replay), ("a=b", 5, Some(7), false));
     let a = args(&["--model", "/m", "--prompt", "p", "--engram-from", "/orig"]).unwrap().unwrap();
@@ -116,7 +117,6 @@ fn flags_parse_with_defaults_and_inline_values() {
 #[test]
 fn bad_flags_are_explained() {
     let err = |s: &[&str]| args(s).unwrap_err();
-    assert!(err(&["--prompt", "x"]).contains("--model"));
     assert!(err(&["--model", "m"]).contains("--prompt"));
     assert!(err(&["--model", "m", "--prompt", "x", "--chunk", "0"]).contains("--chunk"));
     assert!(err(&["--model", "m", "--prompt", "x", "--max-tokens", "-1"]).contains("--max-tokens"));

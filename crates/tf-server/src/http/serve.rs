@@ -79,13 +79,24 @@ impl Default for ServeConfig {
     }
 }
 
-/// Where the default synthetic model lives: `$TF_CACHE_DIR`, else `~/.cache/tensorfold`.
-pub fn default_model_dir() -> PathBuf {
-    tf_core::cache_dir().join("dsv41-small-seed0")
+/// The model used with no `--model`: the shipped gate model expanded into `$TF_CACHE_DIR` (else
+/// `~/.cache/tensorfold`) on first run, or the small synthetic model where the checkout has no gate-model weights.
+pub fn default_model() -> Result<PathBuf, String> {
+    let assets = tf_dsv41::gate_model::gate_model_assets();
+    if assets.join("gate-model.json").is_file() {
+        let t = std::time::Instant::now();
+        let dir = tf_dsv41::gate_model::ensure(&assets, &tf_core::cache_dir()).map_err(|e| e.to_string())?;
+        tracing::info!(dir = %dir.display(), seconds = t.elapsed().as_secs_f32(), "gate model ready");
+        return Ok(dir);
+    }
+    tracing::warn!(assets = %assets.display(), "no gate model in this checkout: using the small synthetic model");
+    let dir = tf_core::cache_dir().join("dsv41-small-seed0");
+    ensure_small_model(&dir)?;
+    Ok(dir)
 }
 
 /// Writes the small synthetic dsv41 checkpoint on first use, reporting progress on stderr.
-pub fn ensure_default_model(dir: &Path) -> Result<(), String> {
+fn ensure_small_model(dir: &Path) -> Result<(), String> {
     if dir.join("model.safetensors.index.json").is_file() {
         return Ok(());
     }
@@ -123,13 +134,15 @@ pub fn load_engine(
 
 /// Serves on an already bound listener; the engine loads in the background.
 pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> std::io::Result<()> {
-    let dir = cfg.model_dir.clone().unwrap_or_else(default_model_dir);
-    let model_id = dir.file_name().map_or_else(|| "dsv41".into(), |n| n.to_string_lossy().into_owned());
+    let model_id = cfg
+        .model_dir
+        .as_deref()
+        .and_then(Path::file_name)
+        .map_or_else(|| "tensorfold-gate".into(), |n| n.to_string_lossy().into_owned());
     let state = Arc::new(AppState::new(model_id, cfg.api_key.clone()));
     let loader = state.clone();
-    let default = cfg.model_dir.is_none();
     tokio::task::spawn_blocking(move || {
-        let loaded = (if default { ensure_default_model(&dir) } else { Ok(()) }).and_then(|()| {
+        let loaded = cfg.model_dir.clone().map_or_else(default_model, Ok).and_then(|dir| {
             load_engine(
                 &dir,
                 cfg.limits,
