@@ -4,6 +4,7 @@ mod bench;
 mod bench_engram;
 mod bench_engram_reuse;
 mod gate;
+mod gate_model;
 mod gate_stats;
 mod lean_check;
 mod make_tiny;
@@ -21,6 +22,8 @@ commands:
        [--prefill-frac F] [--window N] [--max-positions N] [--out FILE] [--dump-ids FILE]
       the exact path and a candidate (exact, wide-sums, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs)
       teacher-forced on assets/gate/prompts.json: KL, greedy agreement, top-1, NLL against assets/gate/thresholds.json
+  gate-model install --from DIR | expand --out DIR
+      install a compact gate model (tools/gate_model/compact.py) into assets/gate-model, or expand the installed one
   lean-check [--root DIR] [--update-baseline]
       check the lean rules (file length, one-line comments) against lean-baseline.txt
   make-tiny --out DIR [--config tiny|small] [--seed N]
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
     match command.as_str() {
         "bench" => bench::run(&rest),
         "gate" => gate::run(&rest),
+        "gate-model" => gate_model::run(&rest),
         "lean-check" => lean_check::run(&rest),
         "make-tiny" => make_tiny::run(&rest),
         "-h" | "--help" | "help" => {
