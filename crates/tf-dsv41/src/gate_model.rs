@@ -163,9 +163,19 @@ fn write_dir(
     let index = serde_json::json!({"metadata": {"total_size": total}, "weight_map": weight_map});
     let index_path = out.join("model.safetensors.index.json");
     std::fs::write(&index_path, serde_json::to_string_pretty(&index).expect("JSON") + "\n").map_err(io(&index_path))?;
+    // DeepSeek's reference reads inference/config.json (tools/golden runs it on the gate model).
+    let hf = compact_dir.join("config.json");
+    let text = std::fs::read_to_string(&hf).map_err(io(&hf))?;
+    let cfg = crate::Config::from_hf_json(&text)
+        .map_err(|e| GateModelError::Format { path: hf.clone(), why: e.to_string() })?;
+    let inference = out.join("inference");
+    std::fs::create_dir_all(&inference).map_err(io(&inference))?;
+    let reference = inference.join("config.json");
+    std::fs::write(&reference, serde_json::to_string_pretty(&cfg).expect("config serializes") + "\n")
+        .map_err(io(&reference))?;
     let assets = crate::tiny::deepseek_v4_assets();
     for (from, to) in [
-        (compact_dir.join("config.json"), "config.json"),
+        (hf, "config.json"),
         (assets.join("tokenizer.json"), "tokenizer.json"),
         (assets.join("token_map.u32"), "engram_token_map.u32"),
     ] {

@@ -38,7 +38,8 @@ fn write_compact(dir: &Path, used: &[u32], tied: bool) -> String {
     let bytes = safetensors::serialize(t, Some(meta)).unwrap();
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("model.safetensors"), &bytes).unwrap();
-    std::fs::write(dir.join("config.json"), "{}\n").unwrap();
+    let cfg = tf_dsv41::tiny::TinyKind::Tiny.hf_json();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -89,7 +90,13 @@ fn expansion_places_used_rows_and_fills_the_rest() {
             }
         }
         assert_eq!(st.tensor("layers.0.attn.wq_a.weight").unwrap().data(), rows(2, 2, 7).as_slice());
-        for f in ["config.json", "tokenizer.json", "engram_token_map.u32", "model.safetensors.index.json"] {
+        for f in [
+            "config.json",
+            "inference/config.json",
+            "tokenizer.json",
+            "engram_token_map.u32",
+            "model.safetensors.index.json",
+        ] {
             assert!(out.join(f).is_file(), "{f}");
         }
         let index: serde_json::Value =
