@@ -10,6 +10,7 @@ pub mod linear;
 pub mod mhc;
 pub mod model;
 pub mod moe;
+pub mod plan;
 pub mod qlinear;
 pub mod rope;
 pub mod state;

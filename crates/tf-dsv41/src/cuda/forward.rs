@@ -1,51 +1,143 @@
-//! Prefill in chunks (with CED bounded replay) and decode rows on the GPU, as the CPU's `Model::prefill`/`decode`.
+//! The CUDA backend of the forward plan (`crate::plan`): the same order as the CPU's, each op on the GPU.
 
 use super::lane::{GReplay, GpuLane, copy};
-use super::model::{GStreams, GpuModel, Shared, unlocked};
+use super::model::{Call, GStreams, GpuModel, Shared, unlocked};
+use super::weights::Buf;
 use crate::model::Prefetch;
+use crate::plan::{self, Backend, EngramIds};
 use tf_core::{Error, Result};
-use tf_engram::ChunkRows;
+use tf_engram::{ChunkRows, NgramHasher, NgramHistory};
 
 fn cuda(e: tf_cuda::Error) -> Error {
     Error::Invalid(format!("cuda: {e}"))
 }
 
-impl GpuModel {
-    /// Engram ids of `tokens` per engram layer and row, advancing the lane's n-gram history.
-    fn engram_ids(&self, lane: &mut GpuLane, tokens: &[u32]) -> Result<Vec<Vec<Vec<u64>>>> {
-        let (Some(h), Some(hist)) = (self.hasher(), lane.engram.as_mut()) else { return Ok(Vec::new()) };
-        let ids = h.hash_tokens(hist, tokens, None).map_err(|e| Error::Invalid(format!("engram: {e}")))?;
-        let n = h.layout().n_layers();
-        Ok((0..n).map(|l| (0..tokens.len()).map(|t| ids.at(l, t).to_vec()).collect()).collect())
+impl plan::Lane for GpuLane {
+    fn pos_mut(&mut self) -> &mut usize {
+        &mut self.pos
     }
 
-    /// Runs `range` of the blocks in order over `s` at positions `pos0..`.
-    fn run_blocks(
+    fn engram_history(&mut self) -> Option<&mut NgramHistory> {
+        self.engram.as_mut()
+    }
+
+    fn window_floor_mut(&mut self) -> &mut [usize] {
+        &mut self.window_floor
+    }
+
+    fn replay_pending(&self) -> bool {
+        self.replay.is_some()
+    }
+}
+
+impl Backend for GpuModel {
+    type Lane = GpuLane;
+    type Streams = GStreams;
+    type Ctx = Call;
+    type Shared = Shared;
+    /// The GPU drafts nothing yet: DSpark runs on the CPU backend only.
+    type Tap = std::convert::Infallible;
+    type Logits = Buf;
+
+    fn cfg(&self) -> &crate::Config {
+        &self.cfg
+    }
+
+    fn replay(&self) -> bool {
+        self.opts.replay
+    }
+
+    fn hasher(&self) -> Option<&NgramHasher> {
+        GpuModel::hasher(self)
+    }
+
+    fn embed(&self, tokens: &[u32]) -> Result<GStreams> {
+        self.embed_rows(tokens)
+    }
+
+    fn rows(&self, s: &GStreams) -> usize {
+        s.rows
+    }
+
+    // The RoPE tables depend only on the rows' positions: built and uploaded once per run, not per layer.
+    fn begin(&self, lane: &GpuLane, range: std::ops::Range<usize>, pos0: usize, rows: usize) -> Result<Call> {
+        self.call(pos0, rows, &lane.window_floor[range]).map_err(cuda)
+    }
+
+    fn engram(
         &self,
-        range: std::ops::Range<usize>,
+        layer: usize,
         s: &mut GStreams,
-        lane: &mut GpuLane,
-        pos0: usize,
-        (ids, ahead): (&[Vec<Vec<u64>>], &[ChunkRows]),
-        replay_pass: bool,
+        ids: Option<&[Vec<u64>]>,
+        ahead: Option<&ChunkRows>,
     ) -> Result<()> {
-        let mut shared = Shared::default();
-        let first = range.start;
-        // The RoPE tables depend only on the rows' positions: built and uploaded once per call, not per layer.
-        let mut call = self.call(pos0, s.rows, &lane.window_floor[range.clone()]).map_err(cuda)?;
-        for b in &self.blocks[range] {
-            let k = self.hasher().and_then(|h| h.layout().layer_index(b.role.layer));
-            let engram_ids = k.and_then(|k| ids.get(k)).map(Vec::as_slice);
-            self.apply_engram(b, s, engram_ids, k.and_then(|k| ahead.get(k)))?;
-            call.run_compressor = !(replay_pass && b.role.layer == first);
-            self.block(b, s, &call, lane, &mut shared).map_err(cuda)?;
+        self.apply_engram(&self.blocks[layer], s, ids, ahead)
+    }
+
+    fn tap(&self, _s: &GStreams) -> Option<Self::Tap> {
+        None
+    }
+
+    fn block(
+        &self,
+        layer: usize,
+        s: &mut GStreams,
+        call: &mut Call,
+        run_compressor: bool,
+        lane: &mut GpuLane,
+        shared: &mut Shared,
+    ) -> Result<()> {
+        call.run_compressor = run_compressor;
+        GpuModel::block(self, &self.blocks[layer], s, call, lane, shared).map_err(cuda)
+    }
+
+    fn compress_source(&self, layer: usize, s: &GStreams, pos0: usize, lane: &mut GpuLane) -> Result<()> {
+        let b = &self.blocks[layer];
+        if b.role.is_kv_source {
+            let a_in = self.attn_input(b, s).map_err(cuda)?;
+            self.compress_rows(&b.attn, &b.role, &a_in, pos0, s.rows, lane).map_err(cuda)?;
         }
         Ok(())
     }
 
+    fn buffer_replay(&self, lane: &mut GpuLane, pos0: usize, s: GStreams, ids: EngramIds) -> Result<()> {
+        self.buffer_rows(lane, pos0, s, ids).map_err(cuda)
+    }
+
+    fn take_replay(&self, lane: &mut GpuLane) -> Option<(usize, GStreams, EngramIds)> {
+        lane.replay.take().map(|r| (r.pos0, GStreams { x: r.x, mix: r.mix, rows: r.rows }, r.engram_ids))
+    }
+
+    fn seed_drafts(&self, _lane: &mut GpuLane, _pos0: usize, _taps: &[Self::Tap], _rows: usize) {}
+
+    fn head(&self, s: &GStreams, last_only: bool) -> Result<Buf> {
+        if !last_only {
+            return self.head_rows(s).map_err(cuda);
+        }
+        let cfg = self.cfg();
+        let (xw, mw) = (cfg.hc_mult * cfg.dim * 2, (2 + cfg.hc_mult) * cfg.hc_mult * 4);
+        let last = || -> std::result::Result<Buf, tf_cuda::Error> {
+            let (mut x, mut mix) = (self.gpu.pool().take(xw)?, self.gpu.pool().take(mw)?);
+            copy(self.gpu, &s.x, (s.rows - 1) * xw, &mut x, 0, xw)?;
+            copy(self.gpu, &s.mix, (s.rows - 1) * mw, &mut mix, 0, mw)?;
+            self.head_rows(&GStreams { x, mix, rows: 1 })
+        };
+        last().map_err(cuda)
+    }
+
+    fn host_logits(&self, l: Buf) -> Result<Vec<Vec<f32>>> {
+        self.split_logits(&l).map_err(cuda)
+    }
+
+    fn decode_step<R>(&self, rows: usize, step: impl FnOnce() -> Result<R>) -> Result<R> {
+        if self.graph_step(rows) { self.gpu.replay(rows as u64, step).map_err(cuda)? } else { step() }
+    }
+}
+
+impl GpuModel {
     /// Feeds one prompt chunk; on the `last` chunk returns the logits of the prompt's final row.
     pub fn prefill(&self, lane: &mut GpuLane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>> {
-        self.prefill_with(lane, tokens, last, &[])
+        plan::prefill(self, lane, tokens, last, &[])
     }
 
     /// [`GpuModel::prefill`] of the next chunk of a prefetched prompt (started by the CPU model's `prefetch_after` on the lane's history): its Engram rows come from the read-ahead.
@@ -57,57 +149,27 @@ impl GpuModel {
         pf: &mut Prefetch,
     ) -> Result<Option<Vec<f32>>> {
         let ahead = pf.next_chunk(tokens.len())?;
-        self.prefill_with(lane, tokens, last, &ahead)
+        plan::prefill(self, lane, tokens, last, &ahead)
     }
 
-    fn prefill_with(
-        &self,
-        lane: &mut GpuLane,
-        tokens: &[u32],
-        last: bool,
-        ahead: &[ChunkRows],
-    ) -> Result<Option<Vec<f32>>> {
-        if tokens.is_empty() {
-            return Err(Error::Invalid("prefill of an empty chunk".into()));
-        }
-        let pos0 = lane.pos;
-        let mut s = self.embed_rows(tokens)?;
-        let ids = self.engram_ids(lane, tokens)?;
-        let n = self.cfg().n_layers;
-        let rows = tokens.len();
-        if !self.opts.replay {
-            self.run_blocks(0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
-            lane.pos += rows;
-            return if last { Ok(Some(self.last_logits(&s).map_err(cuda)?)) } else { Ok(None) };
-        }
-        let split = n / 2;
-        self.run_blocks(0..split, &mut s, lane, pos0, (&ids, ahead), false)?;
-        let b = &self.blocks[split];
-        if b.role.is_kv_source {
-            let a_in = self.attn_input(b, &s).map_err(cuda)?;
-            self.compress_rows(&b.attn, &b.role, &a_in, pos0, rows, lane).map_err(cuda)?;
-        }
-        lane.pos += rows;
-        self.buffer_replay(lane, pos0, s, ids).map_err(cuda)?;
-        if !last {
-            return Ok(None);
-        }
-        let buf = lane.replay.take().expect("just buffered");
-        for floor in &mut lane.window_floor[split..n] {
-            *floor = buf.pos0;
-        }
-        let mut s = GStreams { x: buf.x, mix: buf.mix, rows: buf.rows };
-        self.run_blocks(split..n, &mut s, lane, buf.pos0, (&buf.engram_ids, ahead), true)?;
-        Ok(Some(self.last_logits(&s).map_err(cuda)?))
+    /// Runs rows after the prompt (a decode token or a few verify rows) through every layer; logits per row.
+    pub fn decode(&self, lane: &mut GpuLane, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        plan::decode(self, lane, tokens, &[])
+    }
+
+    /// [`GpuModel::decode`] of rows whose Engram rows were fetched ahead as one chunk.
+    pub fn decode_prefetched(&self, lane: &mut GpuLane, tokens: &[u32], pf: &mut Prefetch) -> Result<Vec<Vec<f32>>> {
+        let ahead = pf.next_chunk(tokens.len())?;
+        plan::decode(self, lane, tokens, &ahead)
     }
 
     /// Appends rows to the lane's replay buffer, keeping its newest `window_size`.
-    fn buffer_replay(
+    fn buffer_rows(
         &self,
         lane: &mut GpuLane,
         pos0: usize,
         s: GStreams,
-        ids: Vec<Vec<Vec<u64>>>,
+        ids: EngramIds,
     ) -> std::result::Result<(), tf_cuda::Error> {
         let cfg = self.cfg();
         let (xw, mw) = (cfg.hc_mult * cfg.dim * 2, (2 + cfg.hc_mult) * cfg.hc_mult * 4);
@@ -134,41 +196,6 @@ impl GpuModel {
         }
         lane.replay = Some(GReplay { pos0: old_pos0 + drop, rows: keep, x, mix, engram_ids: old_ids });
         Ok(())
-    }
-
-    /// Runs rows after the prompt (a decode token or a few verify rows) through every layer; logits per row.
-    pub fn decode(&self, lane: &mut GpuLane, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        self.decode_with(lane, tokens, &[])
-    }
-
-    /// [`GpuModel::decode`] of rows whose Engram rows were fetched ahead as one chunk.
-    pub fn decode_prefetched(&self, lane: &mut GpuLane, tokens: &[u32], pf: &mut Prefetch) -> Result<Vec<Vec<f32>>> {
-        let ahead = pf.next_chunk(tokens.len())?;
-        self.decode_with(lane, tokens, &ahead)
-    }
-
-    fn decode_with(&self, lane: &mut GpuLane, tokens: &[u32], ahead: &[ChunkRows]) -> Result<Vec<Vec<f32>>> {
-        if lane.replay.is_some() {
-            return Err(Error::Invalid("decode before the prompt's last chunk was prefilled".into()));
-        }
-        if tokens.is_empty() {
-            return Err(Error::Invalid("decode of no tokens".into()));
-        }
-        let pos0 = lane.pos;
-        let ids = self.engram_ids(lane, tokens)?;
-        let n = self.cfg().n_layers;
-        let mut step = || -> Result<super::weights::Buf> {
-            let mut s = self.embed_rows(tokens)?;
-            self.run_blocks(0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
-            self.head_rows(&s).map_err(cuda)
-        };
-        let logits = if self.graph_step(tokens.len()) {
-            self.gpu.replay(tokens.len() as u64, step).map_err(cuda)??
-        } else {
-            step()?
-        };
-        lane.pos += tokens.len();
-        self.split_logits(&logits).map_err(cuda)
     }
 
     /// Whether this decode runs as a graph: switched on, nothing reading results mid-step, and a direct step of this size ran.

@@ -250,16 +250,6 @@ impl GpuModel {
         self.split_logits(&self.head_rows(s)?)
     }
 
-    /// The logits of the last row only (a prompt's next-token distribution).
-    pub(crate) fn last_logits(&self, s: &GStreams) -> Result<Vec<f32>, Error> {
-        let cfg = self.cfg();
-        let (xw, mw) = (cfg.hc_mult * cfg.dim * 2, (2 + cfg.hc_mult) * cfg.hc_mult * 4);
-        let (mut x, mut mix) = (self.gpu.pool().take(xw)?, self.gpu.pool().take(mw)?);
-        super::lane::copy(self.gpu, &s.x, (s.rows - 1) * xw, &mut x, 0, xw)?;
-        super::lane::copy(self.gpu, &s.mix, (s.rows - 1) * mw, &mut mix, 0, mw)?;
-        Ok(self.logits(&GStreams { x, mix, rows: 1 })?.remove(0))
-    }
-
     /// Adds this layer's Engram to the streams: rows gathered on the host straight into pinned staging (from `ahead` when fetched ahead), one copy, projected and gated on the GPU.
     pub(crate) fn apply_engram(
         &self,

@@ -67,7 +67,7 @@ impl GpuModel {
         let (iters, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.hc_eps);
         let mut st = cpu.new_state();
         let mut lane = self.new_lane().map_err(cuda)?;
-        let ids = cpu.engram_ids(&mut st, tokens)?;
+        let ids = crate::plan::engram_ids(cpu, &mut st, tokens)?;
         let mut s = cpu.embed_rows(tokens)?;
         let (mut shared, mut gshared) = (Shared::default(), GShared::default());
         let call = self.call(0, rows, &lane.window_floor).map_err(cuda)?;

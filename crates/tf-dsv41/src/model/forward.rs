@@ -1,11 +1,133 @@
-//! Prefill in chunks of any size (with CED bounded replay) and decode rows, each ending in logits.
+//! The CPU backend of the forward plan (`crate::plan`): embedding, blocks, replay buffer and head on host rows.
 
 use super::{Block, BlockCall, Model, Streams};
 use crate::attn::Shared;
 use crate::linear::rms_norm_rows;
+use crate::plan::{self, Backend, EngramIds};
 use crate::state::{ReplayRows, SeqState};
 use tf_core::{Error, Result, bf16};
-use tf_engram::ChunkRows;
+use tf_engram::{ChunkRows, NgramHasher, NgramHistory};
+
+impl plan::Lane for SeqState {
+    fn pos_mut(&mut self) -> &mut usize {
+        &mut self.pos
+    }
+
+    fn engram_history(&mut self) -> Option<&mut NgramHistory> {
+        self.engram.as_mut()
+    }
+
+    fn window_floor_mut(&mut self) -> &mut [usize] {
+        &mut self.window_floor
+    }
+
+    fn replay_pending(&self) -> bool {
+        self.replay.is_some()
+    }
+}
+
+impl Backend for Model {
+    type Lane = SeqState;
+    type Streams = Streams;
+    /// The run's first position (each block picks its own RoPE table).
+    type Ctx = usize;
+    type Shared = Shared;
+    type Tap = Vec<bf16>;
+    type Logits = Vec<Vec<f32>>;
+
+    fn cfg(&self) -> &crate::Config {
+        &self.cfg
+    }
+
+    fn replay(&self) -> bool {
+        self.opts.replay
+    }
+
+    fn hasher(&self) -> Option<&NgramHasher> {
+        self.hasher.as_ref()
+    }
+
+    fn embed(&self, tokens: &[u32]) -> Result<Streams> {
+        self.embed_rows(tokens)
+    }
+
+    fn rows(&self, s: &Streams) -> usize {
+        s.pre.len()
+    }
+
+    fn begin(&self, _lane: &SeqState, _range: std::ops::Range<usize>, pos0: usize, _rows: usize) -> Result<usize> {
+        Ok(pos0)
+    }
+
+    fn engram(&self, layer: usize, s: &mut Streams, ids: Option<&[Vec<u64>]>, ahead: Option<&ChunkRows>) -> Result<()> {
+        let b = &self.blocks[layer];
+        b.apply_engram(s, &self.block_call(b, 0, true, ids, ahead))
+    }
+
+    fn tap(&self, s: &Streams) -> Option<Vec<bf16>> {
+        self.dspark.as_ref().map(|_| Block::stream_mean(s, self.cfg.hc_mult, self.cfg.dim))
+    }
+
+    fn block(
+        &self,
+        layer: usize,
+        s: &mut Streams,
+        pos0: &mut usize,
+        run_compressor: bool,
+        st: &mut SeqState,
+        shared: &mut Shared,
+    ) -> Result<()> {
+        let b = &self.blocks[layer];
+        b.forward(s, &self.block_call(b, *pos0, run_compressor, None, None), st, shared);
+        Ok(())
+    }
+
+    fn compress_source(&self, layer: usize, s: &Streams, pos0: usize, st: &mut SeqState) -> Result<()> {
+        let b = &self.blocks[layer];
+        if b.role.is_kv_source {
+            let a_in = b.attn_input(s, &self.cfg);
+            let cache = st.compressed[layer].as_mut().expect("KV sources have a cache");
+            b.attn.compress_rows(&a_in, pos0, cache, self.rope(b.role.rope), self.cfg.norm());
+        }
+        Ok(())
+    }
+
+    fn buffer_replay(&self, st: &mut SeqState, pos0: usize, s: Streams, ids: EngramIds) -> Result<()> {
+        let width = self.cfg.hc_mult * self.cfg.dim;
+        let buf = st.replay.get_or_insert_with(|| ReplayRows {
+            pos0,
+            engram_ids: vec![Vec::new(); ids.len()],
+            ..ReplayRows::default()
+        });
+        buf.x.extend(s.x);
+        buf.pre.extend(s.pre);
+        for (b, new) in buf.engram_ids.iter_mut().zip(ids) {
+            b.extend(new);
+        }
+        let drop = buf.pre.len().saturating_sub(self.cfg.window_size);
+        buf.x.drain(..drop * width);
+        buf.pre.drain(..drop);
+        buf.engram_ids.iter_mut().for_each(|b| drop_front(b, drop));
+        buf.pos0 += drop;
+        Ok(())
+    }
+
+    fn take_replay(&self, st: &mut SeqState) -> Option<(usize, Streams, EngramIds)> {
+        st.replay.take().map(|r| (r.pos0, Streams { x: r.x, pre: r.pre }, r.engram_ids))
+    }
+
+    fn seed_drafts(&self, st: &mut SeqState, pos0: usize, taps: &[Vec<bf16>], rows: usize) {
+        self.seed_draft_rings(st, pos0, taps, rows);
+    }
+
+    fn head(&self, s: &Streams, last_only: bool) -> Result<Vec<Vec<f32>>> {
+        Ok(if last_only { self.logits(&last_row(s)) } else { self.logits(s) })
+    }
+
+    fn host_logits(&self, l: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+        Ok(l)
+    }
+}
 
 impl Model {
     /// Embeds tokens into `hc` equal streams with the one-hot pre-mix of layer 0.
@@ -29,46 +151,24 @@ impl Model {
         Ok(Streams { x, pre: vec![onehot; tokens.len()] })
     }
 
-    /// Engram ids of `tokens`, per engram layer and row, advancing the sequence's n-gram history.
-    pub(crate) fn engram_ids(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<Vec<Vec<u64>>>> {
-        let (Some(h), Some(hist)) = (&self.hasher, st.engram.as_mut()) else { return Ok(Vec::new()) };
-        let ids = h.hash_tokens(hist, tokens, None).map_err(|e| Error::Invalid(format!("engram: {e}")))?;
-        let n = h.layout().n_layers();
-        Ok((0..n).map(|l| (0..tokens.len()).map(|t| ids.at(l, t).to_vec()).collect()).collect())
-    }
-
-    /// Runs blocks in order; returns DSpark taps (stream means entering each target layer), in target order.
-    fn run_blocks(
-        &self,
-        blocks: &[Block],
-        s: &mut Streams,
-        st: &mut SeqState,
+    /// The settings of one block's call.
+    fn block_call<'a>(
+        &'a self,
+        b: &Block,
         pos0: usize,
-        (ids, ahead): (&[Vec<Vec<u64>>], &[ChunkRows]),
-        replay_pass: bool,
-    ) -> Result<Vec<Vec<bf16>>> {
-        let mut shared = Shared::default();
-        let mut taps = Vec::new();
-        for (i, b) in blocks.iter().enumerate() {
-            let k = self.hasher.as_ref().and_then(|h| h.layout().layer_index(b.role.layer));
-            let engram_ids = k.and_then(|k| ids.get(k)).map(Vec::as_slice);
-            let engram_rows = k.and_then(|k| ahead.get(k));
-            let call = BlockCall {
-                cfg: &self.cfg,
-                rope: self.rope(b.role.rope),
-                pos0,
-                run_compressor: !(replay_pass && i == 0),
-                quirks: self.opts.quirks,
-                engram_ids,
-                engram_rows,
-            };
-            b.apply_engram(s, &call)?;
-            if self.dspark.is_some() && self.cfg.dspark_target_layer_ids.contains(&b.role.layer) {
-                taps.push(Block::stream_mean(s, self.cfg.hc_mult, self.cfg.dim));
-            }
-            b.forward(s, &call, st, &mut shared);
+        run_compressor: bool,
+        engram_ids: Option<&'a [Vec<u64>]>,
+        engram_rows: Option<&'a ChunkRows>,
+    ) -> BlockCall<'a> {
+        BlockCall {
+            cfg: &self.cfg,
+            rope: self.rope(b.role.rope),
+            pos0,
+            run_compressor,
+            quirks: self.opts.quirks,
+            engram_ids,
+            engram_rows,
         }
-        Ok(taps)
     }
 
     /// f32 logits of each row of the final stream state (`head(norm(hc_pre(X, pre)))`).
@@ -82,7 +182,7 @@ impl Model {
 
     /// Feeds one prompt chunk; on the `last` chunk returns the logits of the prompt's final row.
     pub fn prefill(&self, st: &mut SeqState, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>> {
-        self.prefill_with(st, tokens, last, &[])
+        plan::prefill(self, st, tokens, last, &[])
     }
 
     /// As [`Model::prefill`], with this chunk's Engram rows (per engram layer) already fetched.
@@ -93,81 +193,17 @@ impl Model {
         last: bool,
         ahead: &[ChunkRows],
     ) -> Result<Option<Vec<f32>>> {
-        if tokens.is_empty() {
-            return Err(Error::Invalid("prefill of an empty chunk".into()));
-        }
-        let pos0 = st.pos;
-        let ids = self.engram_ids(st, tokens)?;
-        let mut s = self.embed_rows(tokens)?;
-        let split = self.cfg.n_layers / 2;
-        if !self.opts.replay {
-            let taps = self.run_blocks(&self.blocks, &mut s, st, pos0, (&ids, ahead), false)?;
-            self.seed_draft_rings(st, pos0, &taps, tokens.len());
-            st.pos += tokens.len();
-            return Ok(last.then(|| self.logits(&last_row(&s))).map(|mut l| l.remove(0)));
-        }
-        self.run_blocks(&self.blocks[..split], &mut s, st, pos0, (&ids, ahead), false)?;
-        let b = &self.blocks[split];
-        if b.role.is_kv_source {
-            let a_in = b.attn_input(&s, &self.cfg);
-            let cache = st.compressed[split].as_mut().expect("KV sources have a cache");
-            b.attn.compress_rows(&a_in, pos0, cache, self.rope(b.role.rope), self.cfg.norm());
-        }
-        st.pos += tokens.len();
-        self.buffer_replay(st, pos0, s, ids);
-        if !last {
-            return Ok(None);
-        }
-        let buf = st.replay.take().expect("just buffered");
-        for floor in &mut st.window_floor[split..self.cfg.n_layers] {
-            *floor = buf.pos0;
-        }
-        let mut s = Streams { x: buf.x, pre: buf.pre };
-        let taps = self.run_blocks(&self.blocks[split..], &mut s, st, buf.pos0, (&buf.engram_ids, ahead), true)?;
-        self.seed_draft_rings(st, buf.pos0, &taps, s.pre.len());
-        Ok(Some(self.logits(&last_row(&s)).remove(0)))
-    }
-
-    /// Appends rows to the replay buffer and keeps its newest `window_size`.
-    fn buffer_replay(&self, st: &mut SeqState, pos0: usize, s: Streams, ids: Vec<Vec<Vec<u64>>>) {
-        let width = self.cfg.hc_mult * self.cfg.dim;
-        let buf = st.replay.get_or_insert_with(|| ReplayRows {
-            pos0,
-            engram_ids: vec![Vec::new(); ids.len()],
-            ..ReplayRows::default()
-        });
-        buf.x.extend(s.x);
-        buf.pre.extend(s.pre);
-        for (b, new) in buf.engram_ids.iter_mut().zip(ids) {
-            b.extend(new);
-        }
-        let drop = buf.pre.len().saturating_sub(self.cfg.window_size);
-        buf.x.drain(..drop * width);
-        buf.pre.drain(..drop);
-        buf.engram_ids.iter_mut().for_each(|b| drop_front(b, drop));
-        buf.pos0 += drop;
+        plan::prefill(self, st, tokens, last, ahead)
     }
 
     /// Runs rows after the prompt (one decode token, or a few verify rows) through every layer; logits per row.
     pub fn decode(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        self.decode_with(st, tokens, &[])
+        plan::decode(self, st, tokens, &[])
     }
 
     /// [`Model::decode`] with these rows' Engram rows fetched ahead (one chunk per Engram layer, [`crate::model::Prefetch`]).
     pub(crate) fn decode_with(&self, st: &mut SeqState, tokens: &[u32], ahead: &[ChunkRows]) -> Result<Vec<Vec<f32>>> {
-        if st.replay.is_some() {
-            return Err(Error::Invalid("decode before the prompt's last chunk was prefilled".into()));
-        }
-        if tokens.is_empty() {
-            return Err(Error::Invalid("decode of no tokens".into()));
-        }
-        let pos0 = st.pos;
-        let ids = self.engram_ids(st, tokens)?;
-        let mut s = self.embed_rows(tokens)?;
-        let taps = self.run_blocks(&self.blocks, &mut s, st, pos0, (&ids, ahead), false)?;
-        self.seed_draft_rings(st, pos0, &taps, tokens.len());
-        st.pos += tokens.len();
-        Ok(self.logits(&s))
+        plan::decode(self, st, tokens, ahead)
     }
 }
 

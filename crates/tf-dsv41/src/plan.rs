@@ -1,0 +1,194 @@
+//! The dsv41 forward plan, written once for every backend (issue 22): token checks, Engram ids, embedding, the block
+//! sequence with DSpark taps, CED bounded replay (§7) and the head. `model/` (the CPU oracle) and `cuda/` implement
+//! [`Backend`] with ops coarse enough to fuse inside (a whole block, Engram rows, the head); the order lives here.
+
+use crate::Config;
+use std::ops::Range;
+use tf_core::{Error, Result};
+use tf_engram::{ChunkRows, NgramHasher, NgramHistory};
+
+/// Engram ids per Engram layer, per row: `ids[k][row]`.
+pub type EngramIds = Vec<Vec<Vec<u64>>>;
+
+/// One sequence's state on a backend: what the plan reads and moves between calls.
+pub trait Lane {
+    /// Tokens already processed (the next row's position).
+    fn pos_mut(&mut self) -> &mut usize;
+    /// The n-gram history of the Engram hasher, when the model has Engram.
+    fn engram_history(&mut self) -> Option<&mut NgramHistory>;
+    /// First position each layer's window may see (the replay start for decoder layers).
+    fn window_floor_mut(&mut self) -> &mut [usize];
+    /// Prompt rows wait for the decoder (bounded replay, before the prompt's last chunk).
+    fn replay_pending(&self) -> bool;
+}
+
+/// The ops of the dsv41 forward on one backend; [`prefill`] and [`decode`] call them in the plan's order.
+pub trait Backend {
+    type Lane: Lane;
+    /// Rows moving through the stack: the `hc` streams and each row's pre-mix.
+    type Streams;
+    /// What one run over a range of blocks shares (RoPE tables, window ids), built once per run.
+    type Ctx;
+    /// Selections and candidates that index sources hand to later layers of the same run.
+    type Shared: Default;
+    /// A DSpark tap (the stream mean entering a target layer).
+    type Tap;
+    /// Logits as the backend holds them until the plan asks for them on the host.
+    type Logits;
+
+    fn cfg(&self) -> &Config;
+    /// Whether the model was loaded with bounded replay.
+    fn replay(&self) -> bool;
+    fn hasher(&self) -> Option<&NgramHasher>;
+    /// `hc` equal streams of each token's embedding with the one-hot pre-mix of layer 0.
+    fn embed(&self, tokens: &[u32]) -> Result<Self::Streams>;
+    fn rows(&self, s: &Self::Streams) -> usize;
+    /// The context of a run of `rows` rows from `pos0` over the blocks `range`.
+    fn begin(&self, lane: &Self::Lane, range: Range<usize>, pos0: usize, rows: usize) -> Result<Self::Ctx>;
+    /// Adds layer `layer`'s Engram to the streams (before its mixes and before a DSpark tap; pitfall 4).
+    fn engram(
+        &self,
+        layer: usize,
+        s: &mut Self::Streams,
+        ids: Option<&[Vec<u64>]>,
+        ahead: Option<&ChunkRows>,
+    ) -> Result<()>;
+    /// The DSpark tap of the streams, or `None` where this model or backend drafts nothing.
+    fn tap(&self, s: &Self::Streams) -> Option<Self::Tap>;
+    /// Attention then MoE of layer `layer` between hc collapse and expand, on `s` in place.
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        layer: usize,
+        s: &mut Self::Streams,
+        ctx: &mut Self::Ctx,
+        run_compressor: bool,
+        lane: &mut Self::Lane,
+        shared: &mut Self::Shared,
+    ) -> Result<()>;
+    /// Feeds the KV source at the encoder/decoder boundary its compressed rows of a buffered chunk.
+    fn compress_source(&self, layer: usize, s: &Self::Streams, pos0: usize, lane: &mut Self::Lane) -> Result<()>;
+    /// Appends rows to the lane's replay buffer and keeps its newest `window_size`.
+    fn buffer_replay(&self, lane: &mut Self::Lane, pos0: usize, s: Self::Streams, ids: EngramIds) -> Result<()>;
+    /// Takes the replay buffer: its first position, rows and their Engram ids.
+    fn take_replay(&self, lane: &mut Self::Lane) -> Option<(usize, Self::Streams, EngramIds)>;
+    /// Seeds the draft rings from the taps of rows `pos0..pos0 + rows`.
+    fn seed_drafts(&self, lane: &mut Self::Lane, pos0: usize, taps: &[Self::Tap], rows: usize);
+    /// Logits of every row, or of the last row only.
+    fn head(&self, s: &Self::Streams, last_only: bool) -> Result<Self::Logits>;
+    /// The logits on the host, a vector per row.
+    fn host_logits(&self, l: Self::Logits) -> Result<Vec<Vec<f32>>>;
+    /// Runs one decode step of `rows` rows (a backend may capture and replay it as a graph).
+    fn decode_step<R>(&self, _rows: usize, step: impl FnOnce() -> Result<R>) -> Result<R> {
+        step()
+    }
+}
+
+fn check_tokens(cfg: &Config, tokens: &[u32]) -> Result<()> {
+    match tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+        Some(t) => Err(Error::Invalid(format!("token id {t} is outside the vocabulary of {}", cfg.vocab_size))),
+        None => Ok(()),
+    }
+}
+
+/// Engram ids of `tokens`, per Engram layer and row, advancing the lane's n-gram history.
+pub fn engram_ids<B: Backend>(b: &B, lane: &mut B::Lane, tokens: &[u32]) -> Result<EngramIds> {
+    let (Some(h), Some(hist)) = (b.hasher(), lane.engram_history()) else { return Ok(Vec::new()) };
+    let ids = h.hash_tokens(hist, tokens, None).map_err(|e| Error::Invalid(format!("engram: {e}")))?;
+    let n = h.layout().n_layers();
+    Ok((0..n).map(|l| (0..tokens.len()).map(|t| ids.at(l, t).to_vec()).collect()).collect())
+}
+
+/// Runs the blocks of `range` in order over `s` at positions `pos0..`; the DSpark taps, in target order.
+fn run_blocks<B: Backend>(
+    b: &B,
+    range: Range<usize>,
+    s: &mut B::Streams,
+    lane: &mut B::Lane,
+    pos0: usize,
+    (ids, ahead): (&[Vec<Vec<u64>>], &[ChunkRows]),
+    replay_pass: bool,
+) -> Result<Vec<B::Tap>> {
+    let cfg = b.cfg();
+    let mut ctx = b.begin(lane, range.clone(), pos0, b.rows(s))?;
+    let mut shared = B::Shared::default();
+    let mut taps = Vec::new();
+    let first = range.start;
+    for layer in range {
+        let k = b.hasher().and_then(|h| h.layout().layer_index(layer));
+        b.engram(layer, s, k.and_then(|k| ids.get(k)).map(Vec::as_slice), k.and_then(|k| ahead.get(k)))?;
+        if cfg.dspark_target_layer_ids.contains(&layer) {
+            taps.extend(b.tap(s));
+        }
+        // The replay pass's first layer already compressed these rows when they were buffered.
+        b.block(layer, s, &mut ctx, !(replay_pass && layer == first), lane, &mut shared)?;
+    }
+    Ok(taps)
+}
+
+/// Feeds one prompt chunk (Engram rows of this chunk fetched `ahead`, or none); on the `last` chunk, the logits of the prompt's final row.
+pub fn prefill<B: Backend>(
+    b: &B,
+    lane: &mut B::Lane,
+    tokens: &[u32],
+    last: bool,
+    ahead: &[ChunkRows],
+) -> Result<Option<Vec<f32>>> {
+    if tokens.is_empty() {
+        return Err(Error::Invalid("prefill of an empty chunk".into()));
+    }
+    check_tokens(b.cfg(), tokens)?;
+    let pos0 = *lane.pos_mut();
+    let ids = engram_ids(b, lane, tokens)?;
+    let mut s = b.embed(tokens)?;
+    let (n, rows) = (b.cfg().n_layers, tokens.len());
+    if !b.replay() {
+        let taps = run_blocks(b, 0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
+        b.seed_drafts(lane, pos0, &taps, rows);
+        *lane.pos_mut() += rows;
+        return if last { Ok(Some(last_row(b, &s)?)) } else { Ok(None) };
+    }
+    let split = n / 2;
+    run_blocks(b, 0..split, &mut s, lane, pos0, (&ids, ahead), false)?;
+    b.compress_source(split, &s, pos0, lane)?;
+    *lane.pos_mut() += rows;
+    b.buffer_replay(lane, pos0, s, ids)?;
+    if !last {
+        return Ok(None);
+    }
+    let (start, mut s, ids) = b.take_replay(lane).expect("just buffered");
+    for floor in &mut lane.window_floor_mut()[split..n] {
+        *floor = start;
+    }
+    let taps = run_blocks(b, split..n, &mut s, lane, start, (&ids, ahead), true)?;
+    let replayed = b.rows(&s);
+    b.seed_drafts(lane, start, &taps, replayed);
+    Ok(Some(last_row(b, &s)?))
+}
+
+fn last_row<B: Backend>(b: &B, s: &B::Streams) -> Result<Vec<f32>> {
+    let logits = b.head(s, true)?;
+    Ok(b.host_logits(logits)?.remove(0))
+}
+
+/// Runs rows after the prompt (one decode token, or a few verify rows) through every layer; logits per row.
+pub fn decode<B: Backend>(b: &B, lane: &mut B::Lane, tokens: &[u32], ahead: &[ChunkRows]) -> Result<Vec<Vec<f32>>> {
+    if lane.replay_pending() {
+        return Err(Error::Invalid("decode before the prompt's last chunk was prefilled".into()));
+    }
+    if tokens.is_empty() {
+        return Err(Error::Invalid("decode of no tokens".into()));
+    }
+    check_tokens(b.cfg(), tokens)?;
+    let pos0 = *lane.pos_mut();
+    let ids = engram_ids(b, lane, tokens)?;
+    let n = b.cfg().n_layers;
+    let logits = b.decode_step(tokens.len(), || {
+        let mut s = b.embed(tokens)?;
+        let taps = run_blocks(b, 0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
+        b.seed_drafts(lane, pos0, &taps, tokens.len());
+        b.head(&s, false)
+    })?;
+    *lane.pos_mut() += tokens.len();
+    b.host_logits(logits)
+}
