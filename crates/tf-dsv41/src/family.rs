@@ -6,32 +6,73 @@ use tf_family::Family;
 /// Read-ahead depth (chunks) and parts per chunk of a prompt's Engram rows; the shared reader pool grows to the parts (docs/engram-disk.md).
 const ENGRAM_AHEAD: (usize, usize) = (4, 64);
 
+/// What the read-ahead needs from a dsv41 backend: its options, and the Engram hasher and tables it holds.
+trait ReadAheadSource: crate::plan::Backend {
+    fn engram_io(&self) -> Option<tf_engram::IoMode>;
+    fn start(
+        &self,
+        hist: Option<&tf_engram::NgramHistory>,
+        prompt: &[u32],
+        lens: &[usize],
+    ) -> tf_core::Result<Option<crate::model::Prefetch>>;
+}
+
+impl ReadAheadSource for crate::Model {
+    fn engram_io(&self) -> Option<tf_engram::IoMode> {
+        self.opts.engram_io
+    }
+
+    fn start(
+        &self,
+        hist: Option<&tf_engram::NgramHistory>,
+        prompt: &[u32],
+        lens: &[usize],
+    ) -> tf_core::Result<Option<crate::model::Prefetch>> {
+        self.prefetch_after(hist, prompt, lens, ENGRAM_AHEAD)
+    }
+}
+
+impl ReadAheadSource for crate::cuda::GpuModel {
+    fn engram_io(&self) -> Option<tf_engram::IoMode> {
+        self.opts.engram_io
+    }
+
+    fn start(
+        &self,
+        hist: Option<&tf_engram::NgramHistory>,
+        prompt: &[u32],
+        lens: &[usize],
+    ) -> tf_core::Result<Option<crate::model::Prefetch>> {
+        self.prefetch_after(hist, prompt, lens, ENGRAM_AHEAD)
+    }
+}
+
 /// dsv41's read-ahead after a lane's n-gram history (`None`: a fresh lane's); only tables read from disk (`--engram-io mmap|direct`) are fetched, mapped ones are in memory.
-fn dsv41_prefetch(
-    m: &crate::Model,
+fn dsv41_prefetch<M: ReadAheadSource>(
+    m: &M,
     hist: Option<Option<&tf_engram::NgramHistory>>,
     prompt: &[u32],
     chunks: &[usize],
 ) -> Result<Option<crate::model::Prefetch>, String> {
-    if m.opts.engram_io.is_none() {
+    if m.engram_io().is_none() {
         return Ok(None);
     }
-    let fresh = m.hasher.as_ref().map(tf_engram::NgramHasher::history);
-    m.prefetch_after(hist.unwrap_or(fresh.as_ref()), prompt, chunks, ENGRAM_AHEAD).map_err(|e| e.to_string())
+    let fresh = crate::plan::Backend::hasher(m).map(tf_engram::NgramHasher::history);
+    m.start(hist.unwrap_or(fresh.as_ref()), prompt, chunks).map_err(|e| e.to_string())
 }
 
 /// A decode step's rows as one chunk; a read-ahead that cannot start leaves the step to read its rows itself.
-fn dsv41_prefetch_decode(
-    m: &crate::Model,
+fn dsv41_prefetch_decode<M: ReadAheadSource>(
+    m: &M,
     hist: Option<&tf_engram::NgramHistory>,
     tokens: &[u32],
 ) -> Option<crate::model::Prefetch> {
     dsv41_prefetch(m, Some(hist), tokens, &[tokens.len()]).ok().flatten()
 }
 
-/// The read-ahead methods of a dsv41 backend `$m`, whose `$cpu` gives the CPU model holding the tables and hasher.
+/// The read-ahead methods of a dsv41 backend `$m` (a [`ReadAheadSource`]).
 macro_rules! dsv41_read_ahead {
-    ($m:path, $cpu:path) => {
+    ($m:path) => {
         type Prefetch = crate::model::Prefetch;
 
         fn prefetch(
@@ -40,8 +81,7 @@ macro_rules! dsv41_read_ahead {
             prompt: &[u32],
             chunks: &[usize],
         ) -> Result<Option<Self::Prefetch>, String> {
-            let Some(cpu) = $cpu(self) else { return Ok(None) };
-            dsv41_prefetch(cpu, lane.map(|l| l.engram.as_ref()), prompt, chunks)
+            dsv41_prefetch(self, lane.map(|l| l.engram.as_ref()), prompt, chunks)
         }
 
         fn prefill_prefetched(
@@ -55,7 +95,7 @@ macro_rules! dsv41_read_ahead {
         }
 
         fn prefetch_decode(&self, lane: &Self::Lane, tokens: &[u32]) -> Option<Self::Prefetch> {
-            dsv41_prefetch_decode($cpu(self)?, lane.engram.as_ref(), tokens)
+            dsv41_prefetch_decode(self, lane.engram.as_ref(), tokens)
         }
 
         fn decode_prefetched(
@@ -100,7 +140,7 @@ impl Family for crate::Model {
         crate::Model::decode(self, lane, tokens).map_err(|e| e.to_string())
     }
 
-    dsv41_read_ahead!(crate::Model, Some);
+    dsv41_read_ahead!(crate::Model);
 }
 
 impl Family for crate::cuda::GpuModel {
@@ -134,12 +174,7 @@ impl Family for crate::cuda::GpuModel {
         crate::cuda::GpuModel::decode(self, lane, tokens).map_err(|e| e.to_string())
     }
 
-    dsv41_read_ahead!(crate::cuda::GpuModel, gpu_cpu);
-}
-
-/// The CPU model a GPU model keeps for its Engram tables and hasher.
-fn gpu_cpu(m: &crate::cuda::GpuModel) -> Option<&crate::Model> {
-    m.cpu.as_ref()
+    dsv41_read_ahead!(crate::cuda::GpuModel);
 }
 
 /// Loads the dsv41 family from a checkpoint directory.

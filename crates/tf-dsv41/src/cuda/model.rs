@@ -12,12 +12,14 @@ use std::path::Path;
 use tf_cuda::{Error, Gpu};
 use tf_exl3::exl3_mma::Exl3Kernels;
 
-/// A model on a GPU; a loaded one keeps its CPU model for the Engram tables, the hasher and the probe.
+/// A model on a GPU: weights uploaded once; the Engram hasher and tables stay on the host, moved from the loaded CPU model.
 pub struct GpuModel {
     pub gpu: &'static Gpu,
     pub cfg: Config,
     pub ropes: [Rope; 2],
-    pub cpu: Option<Model>,
+    pub hasher: Option<tf_engram::NgramHasher>,
+    /// Per backbone layer, the host Engram gate whose table rows the GPU gathers (its projection runs from `blocks`).
+    pub engram_tables: Vec<Option<crate::engram::EngramGate>>,
     pub blocks: Vec<GBlock>,
     pub embed: Buf,
     pub norm: Buf,
@@ -97,7 +99,8 @@ impl GpuModel {
         GpuModel::from_cpu(cpu, gpu).map_err(cuda_err)
     }
 
-    pub fn from_cpu(cpu: Model, gpu: &'static Gpu) -> Result<GpuModel, Error> {
+    /// Uploads `cpu`'s weights and keeps only its Engram hasher and tables; the host model is dropped.
+    pub fn from_cpu(mut cpu: Model, gpu: &'static Gpu) -> Result<GpuModel, Error> {
         let gemv = if cpu.opts.exl3_fast { Exl3Kernels::Fast } else { Exl3Kernels::Exact };
         let kernels = Exl3Run { kernels: gemv, prompt_rows: cpu.opts.exl3_prompt_gemm };
         let blocks = cpu.blocks.iter().map(|b| GBlock::upload(gpu, b, kernels)).collect::<Result<Vec<_>, _>>()?;
@@ -115,7 +118,8 @@ impl GpuModel {
             embed,
             norm,
             head,
-            cpu: Some(cpu),
+            hasher: cpu.hasher.take(),
+            engram_tables: cpu.blocks.iter_mut().map(|b| b.engram.take()).collect(),
             route_log: Default::default(),
             profile: Default::default(),
             graphs: false,
@@ -155,7 +159,19 @@ impl GpuModel {
 
     /// The Engram hasher of a loaded model with Engram layers.
     pub(crate) fn hasher(&self) -> Option<&tf_engram::NgramHasher> {
-        self.cpu.as_ref().and_then(|m| m.hasher.as_ref())
+        self.hasher.as_ref()
+    }
+
+    /// Starts the Engram read-ahead of `prompt`'s chunks after `hist` (a lane's history), as [`Model::prefetch_after`].
+    pub fn prefetch_after(
+        &self,
+        hist: Option<&tf_engram::NgramHistory>,
+        prompt: &[u32],
+        lens: &[usize],
+        ahead: (usize, usize),
+    ) -> tf_core::Result<Option<crate::model::Prefetch>> {
+        let gates = self.engram_tables.iter().enumerate().filter_map(|(l, g)| g.as_ref().map(|g| (l, g)));
+        crate::model::prefetch::start(self.hasher.as_ref(), gates, hist, prompt, lens, ahead)
     }
 
     /// A fresh sequence with its rings and caches on the GPU.
@@ -258,7 +274,7 @@ impl GpuModel {
         ids: Option<&[Vec<u64>]>,
         ahead: Option<&tf_engram::ChunkRows>,
     ) -> tf_core::Result<()> {
-        let cpu = self.cpu.as_ref().and_then(|m| m.blocks[b.role.layer].engram.as_ref());
+        let cpu = self.engram_tables.get(b.role.layer).and_then(Option::as_ref);
         let (Some(g), Some(ids), Some(cpu)) = (&b.engram, ids, cpu) else {
             return Ok(());
         };

@@ -56,13 +56,9 @@ impl GpuModel {
         Ok(GStreams { x: self.up(&s.x)?, mix: self.gpu.upload(&mix).map_err(cuda)?, rows: s.pre.len() })
     }
 
-    /// One prompt chunk at position 0 without replay: every step of every block, the GPU from the CPU's inputs.
-    pub fn probe(&self, tokens: &[u32]) -> Result<Vec<ProbeRow>> {
+    /// One prompt chunk at position 0 without replay: every step of every block, the GPU from `cpu`'s inputs (the same checkpoint loaded on the host).
+    pub fn probe(&self, cpu: &crate::Model, tokens: &[u32]) -> Result<Vec<ProbeRow>> {
         let cfg = self.cfg().clone();
-        let cpu = self
-            .cpu
-            .as_ref()
-            .ok_or_else(|| tf_core::Error::Invalid("the probe needs a model loaded from a checkpoint".into()))?;
         let (hc, dim, norm, rows) = (cfg.hc_mult, cfg.dim, cfg.norm(), tokens.len());
         let (iters, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.hc_eps);
         let mut st = cpu.new_state();

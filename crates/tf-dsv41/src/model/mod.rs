@@ -3,7 +3,7 @@
 mod block;
 mod dspark;
 mod forward;
-mod prefetch;
+pub(crate) mod prefetch;
 
 pub use block::{Block, BlockCall, Streams};
 pub use dspark::{DSparkHeads, Drafts};

@@ -1,9 +1,10 @@
 //! Engram read-ahead for a prompt (issue 7): every chunk's rows fetched on background threads before the forward.
 
 use super::{Model, SeqState};
+use crate::engram::EngramGate;
 use std::collections::VecDeque;
 use tf_core::{Error, Result};
-use tf_engram::{ChunkRows, NgramHistory, ReadAhead};
+use tf_engram::{ChunkRows, NgramHasher, NgramHistory, ReadAhead};
 
 /// A prompt's Engram rows in flight: one reader per Engram layer, and the chunk lengths they were cut for.
 pub struct Prefetch {
@@ -27,6 +28,33 @@ impl Prefetch {
         let ahead = self.readers.iter_mut().map(ReadAhead::next_chunk).collect::<std::result::Result<_, _>>();
         ahead.map_err(|e| Error::Invalid(e.to_string()))
     }
+}
+
+/// Hashes `prompt` after `hist` (unchanged) and starts one reader per Engram layer (`(layer, gate)`) over its chunks; `None` without Engram.
+pub(crate) fn start<'a>(
+    hasher: Option<&NgramHasher>,
+    gates: impl Iterator<Item = (usize, &'a EngramGate)>,
+    hist: Option<&NgramHistory>,
+    prompt: &[u32],
+    lens: &[usize],
+    (depth, threads): (usize, usize),
+) -> Result<Option<Prefetch>> {
+    let (Some(h), Some(hist)) = (hasher, hist) else { return Ok(None) };
+    if prompt.is_empty() || lens.contains(&0) || lens.iter().sum::<usize>() != prompt.len() {
+        return Err(Error::Invalid(format!("prefetch: chunks {lens:?} do not cut a {}-token prompt", prompt.len())));
+    }
+    let mut hist = hist.clone();
+    let ids = h.hash_tokens(&mut hist, prompt, None).map_err(|e| Error::Invalid(format!("engram: {e}")))?;
+    let mut readers = Vec::new();
+    for (layer, gate) in gates {
+        let k = h.layout().layer_index(layer).expect("engram blocks have a hash layer");
+        let starts = lens.iter().scan(0, |at, &n| Some((std::mem::replace(at, *at + n), n)));
+        let chunks: Vec<Vec<u64>> =
+            starts.map(|(s, n)| (s..s + n).flat_map(|t| ids.at(k, t).to_vec()).collect()).collect();
+        readers.push((k, ReadAhead::start(gate.table.clone(), chunks, depth, threads)));
+    }
+    readers.sort_by_key(|(k, _)| *k);
+    Ok(Some(Prefetch { readers: readers.into_iter().map(|(_, r)| r).collect(), lens: lens.iter().copied().collect() }))
 }
 
 impl Model {
@@ -62,31 +90,10 @@ impl Model {
         hist: Option<&NgramHistory>,
         prompt: &[u32],
         lens: &[usize],
-        (depth, threads): (usize, usize),
+        ahead: (usize, usize),
     ) -> Result<Option<Prefetch>> {
-        let (Some(h), Some(hist)) = (&self.hasher, hist) else { return Ok(None) };
-        if prompt.is_empty() || lens.contains(&0) || lens.iter().sum::<usize>() != prompt.len() {
-            return Err(Error::Invalid(format!(
-                "prefetch: chunks {lens:?} do not cut a {}-token prompt",
-                prompt.len()
-            )));
-        }
-        let mut hist = hist.clone();
-        let ids = h.hash_tokens(&mut hist, prompt, None).map_err(|e| Error::Invalid(format!("engram: {e}")))?;
-        let mut readers = Vec::new();
-        for b in self.blocks.iter().filter(|b| b.engram.is_some()) {
-            let k = h.layout().layer_index(b.role.layer).expect("engram blocks have a hash layer");
-            let starts = lens.iter().scan(0, |at, &n| Some((std::mem::replace(at, *at + n), n)));
-            let chunks: Vec<Vec<u64>> =
-                starts.map(|(s, n)| (s..s + n).flat_map(|t| ids.at(k, t).to_vec()).collect()).collect();
-            let table = b.engram.as_ref().expect("filtered").table.clone();
-            readers.push((k, ReadAhead::start(table, chunks, depth, threads)));
-        }
-        readers.sort_by_key(|(k, _)| *k);
-        Ok(Some(Prefetch {
-            readers: readers.into_iter().map(|(_, r)| r).collect(),
-            lens: lens.iter().copied().collect(),
-        }))
+        let gates = self.blocks.iter().filter_map(|b| b.engram.as_ref().map(|g| (b.role.layer, g)));
+        start(self.hasher.as_ref(), gates, hist, prompt, lens, ahead)
     }
 
     /// [`Model::decode`] of rows whose Engram rows were fetched ahead as one chunk (`prefetch_after(.., &[tokens.len()], ..)`).

@@ -13,12 +13,8 @@ use tf_engram::IoMode;
 fn run(gm: &GpuModel, p: &[u32], chunk: usize, ahead: bool) -> Result<Vec<Vec<f32>>, Error> {
     let mut lane = gm.new_lane()?;
     let lens: Vec<usize> = p.chunks(chunk).map(<[u32]>::len).collect();
-    // The GPU model's read-ahead is its CPU model's (tables and hasher) on the lane's history, as the server starts it.
-    let cpu = gm.cpu.as_ref().filter(|_| ahead);
-    let mut pf = match cpu {
-        Some(cpu) => cpu.prefetch_after(lane.engram.as_ref(), p, &lens, (2, 4)).map_err(err)?,
-        None => None,
-    };
+    // The GPU model's read-ahead runs over its host tables and hasher on the lane's history, as the server starts it.
+    let mut pf = if ahead { gm.prefetch_after(lane.engram.as_ref(), p, &lens, (2, 4)).map_err(err)? } else { None };
     if ahead && pf.is_none() {
         return Err(err("the read-ahead did not start: no Engram tables"));
     }
@@ -33,12 +29,11 @@ fn run(gm: &GpuModel, p: &[u32], chunk: usize, ahead: bool) -> Result<Vec<Vec<f3
     }
     for _ in 0..3 {
         let t = argmax(out.last().ok_or_else(|| err("no logits"))?);
-        let rows = match cpu {
-            Some(cpu) => {
-                let pf = cpu.prefetch_after(lane.engram.as_ref(), &[t], &[1], (1, 2)).map_err(err)?;
-                gm.decode_prefetched(&mut lane, &[t], &mut pf.ok_or_else(|| err("no decode read-ahead"))?)
-            }
-            None => gm.decode(&mut lane, &[t]),
+        let rows = if ahead {
+            let pf = gm.prefetch_after(lane.engram.as_ref(), &[t], &[1], (1, 2)).map_err(err)?;
+            gm.decode_prefetched(&mut lane, &[t], &mut pf.ok_or_else(|| err("no decode read-ahead"))?)
+        } else {
+            gm.decode(&mut lane, &[t])
         };
         out.push(rows.map_err(err)?.remove(0));
     }
@@ -59,7 +54,7 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) -> Re
             for mode in [IoMode::Mmap, IoMode::Direct] {
                 let disk = GpuModel::load(&dir, Options { engram_io: Some(mode), ..base }, gpu).map_err(err)?;
                 let got = run(&disk, &p, 32, true)?;
-                let has = disk.cpu.as_ref().is_some_and(|m| m.blocks.iter().any(|b| b.engram.is_some()));
+                let has = disk.engram_tables.iter().any(Option::is_some);
                 let same = got == want;
                 report.row(
                     "engram read-ahead",

@@ -16,10 +16,11 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) -> Re
     let _ = std::fs::remove_dir_all(&dir);
     write_checkpoint(TinyKind::Tiny, 0, &dir).map_err(err)?;
     let opts = Options { replay: false, ..Options::default() };
+    let cpu = Model::load(&dir, opts).map_err(err)?;
     let gm = GpuModel::from_cpu(Model::load(&dir, opts).map_err(err)?, gpu)?;
     let _ = std::fs::remove_dir_all(&dir);
     for n in [1, 40] {
-        let rows = gm.probe(&prompt(rng, n, gm.cfg().vocab_size)).map_err(err)?;
+        let rows = gm.probe(&cpu, &prompt(rng, n, gm.cfg().vocab_size)).map_err(err)?;
         for r in rows {
             report.row(
                 "probe step",
