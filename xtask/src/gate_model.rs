@@ -1,5 +1,4 @@
-//! `cargo xtask gate-model`: installs a compact gate model (tools/gate_model/compact.py) into assets/gate-model
-//! with its manifest of hashes, or expands the installed one into an official checkpoint directory.
+//! `cargo xtask gate-model`: installs a compact gate model into assets/gate-model with its hashes, or expands the installed one.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,5 +1,4 @@
-//! The shipped gate model (issue 21): a compact file holding only the vocabulary rows training used, expanded once
-//! into the official checkpoint layout. `tools/gate_model/compact.py` writes it; see `assets/gate-model/README.md`.
+//! The shipped gate model (issue 21): a compact file of the used vocabulary rows (`tools/gate_model/compact.py`), expanded once into the official layout.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

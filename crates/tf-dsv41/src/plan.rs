@@ -1,6 +1,4 @@
-//! The dsv41 forward plan, written once for every backend (issue 22): token checks, Engram ids, embedding, the block
-//! sequence with DSpark taps, CED bounded replay (§7) and the head. `model/` (the CPU oracle) and `cuda/` implement
-//! [`Backend`] with ops coarse enough to fuse inside (a whole block, Engram rows, the head); the order lives here.
+//! The dsv41 forward plan written once (issue 22): Engram ids, embedding, blocks with DSpark taps, bounded replay (§7), head; `model/` and `cuda/` implement [`Backend`].
 
 use crate::Config;
 use std::ops::Range;

@@ -1,5 +1,4 @@
-//! The compact gate-model form expands into the official layout: used rows placed, unused rows zero or the head's
-//! shared row, a tied head copied from the embedding, and bad files refused with the path and the reason.
+//! The compact gate model expands into the official layout (used rows placed, the rest zero or the head's shared row, tied heads), bad files refused.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -262,6 +262,7 @@ impl GpuModel {
         Ok(all.chunks_exact(self.cfg().vocab_size).map(<[f32]>::to_vec).collect())
     }
 
+    #[cfg(feature = "testkit")]
     pub(crate) fn logits(&self, s: &GStreams) -> Result<Vec<Vec<f32>>, Error> {
         self.split_logits(&self.head_rows(s)?)
     }
