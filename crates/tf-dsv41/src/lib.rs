@@ -15,6 +15,7 @@ pub mod qlinear;
 pub mod rope;
 pub mod state;
 pub mod tiny;
+pub mod tp;
 pub mod wquant;
 
 pub use config::{Config, ConfigError};

@@ -1,4 +1,4 @@
-//! The `tf` command line (clap derive): `serve`, `generate` and `inspect`, with the loading flags defined once.
+//! The `tf` command line (clap derive): `serve`, `generate`, `inspect` and `plan`, with the loading flags defined once.
 
 use crate::generate;
 use crate::http::serve::{Device, ServeConfig};
@@ -21,6 +21,8 @@ pub enum Command {
     Generate(GenerateArgs),
     /// List a checkpoint directory, model.safetensors.index.json, or one .safetensors file
     Inspect(InspectArgs),
+    /// Per-GPU memory of a tensor-parallel split and the longest context that fits
+    Plan(crate::plan::PlanArgs),
 }
 
 /// How a checkpoint loads: shared by `serve` and `generate`.

@@ -6,4 +6,5 @@ pub mod generate;
 pub mod http;
 pub mod inspect;
 pub mod lanes;
+pub mod plan;
 pub mod tokenizer;

@@ -1,4 +1,4 @@
-//! The `tf` command: `serve` (the OpenAI-compatible server), `generate` (greedy text) and `inspect` (a checkpoint's tensors).
+//! The `tf` command: `serve` (the OpenAI-compatible server), `generate` (greedy text), `inspect` (a checkpoint's tensors), `plan` (TP memory).
 
 use clap::Parser;
 use std::io::{IsTerminal, Write};
@@ -13,6 +13,16 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve(*a),
         Command::Generate(a) => generate(a),
         Command::Inspect(a) => inspect(a),
+        Command::Plan(a) => match tf_server::plan::run(&a) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tf plan: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

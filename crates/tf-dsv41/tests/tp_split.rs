@@ -1,0 +1,107 @@
+//! TP split rules: heads in whole `wo_a` groups, every split tensor tiled exactly by its ranks, replicated bytes counted per rank.
+
+use tf_dsv41::Config;
+use tf_dsv41::tiny::{TinyKind, params};
+use tf_dsv41::tp::{ExpertSplit, Limits, Part, WeightFormat, budget, head_ranges, part, part_bytes, partition};
+
+fn configs() -> Vec<(&'static str, Config)> {
+    vec![("tiny", TinyKind::Tiny.config()), ("small", TinyKind::Small.config()), ("flash", Config::v41_flash())]
+}
+
+const LIM: Limits =
+    Limits { gpu_bytes: 141_000_000_000, prefill_chunk: 2048, engram_cache_rows: 0, reserve_bytes: 2 << 30 };
+
+#[test]
+fn partitions_are_contiguous_and_put_the_remainder_last() {
+    assert_eq!(partition(8, 3), vec![0..2, 2..5, 5..8]);
+    assert_eq!(partition(4, 8).iter().map(|r| r.len()).collect::<Vec<_>>(), [0, 0, 0, 0, 1, 1, 1, 1]);
+    let flash = Config::v41_flash();
+    let heads: Vec<usize> = head_ranges(&flash, 3).iter().map(|r| r.len()).collect();
+    assert_eq!(heads, [16, 24, 24], "world 3 splits 8 groups of 8 heads as 2/3/3");
+    assert_eq!(head_ranges(&flash, 8).iter().map(|r| r.len()).collect::<Vec<_>>(), [8; 8]);
+}
+
+#[test]
+fn every_split_tensor_is_tiled_exactly_by_its_ranks() {
+    for (name, cfg) in configs() {
+        let ps = params(&cfg);
+        for world in 1..=8 {
+            for experts in [ExpertSplit::Width, ExpertSplit::Whole] {
+                for p in &ps {
+                    let parts: Vec<Part> = (0..world).map(|r| part(&cfg, world, r, experts, p)).collect();
+                    let bytes: usize = parts.iter().map(|pt| part_bytes(p, pt)).sum();
+                    let holders = parts.iter().filter(|pt| **pt != Part::None).count();
+                    match &parts[0] {
+                        Part::Whole if parts.iter().all(|pt| *pt == Part::Whole) => {
+                            assert_eq!(bytes, world * p.nbytes(), "{name} {} replicated", p.name)
+                        }
+                        Part::Whole | Part::None => {
+                            assert_eq!(holders, 1, "{name} world {world}: expert {} on one rank", p.name);
+                            assert_eq!(bytes, p.nbytes());
+                        }
+                        Part::Rows(_) | Part::Cols(_) => {
+                            let mut at = 0;
+                            for pt in &parts {
+                                let (Part::Rows(r) | Part::Cols(r)) = pt else {
+                                    panic!("{name} {}: mixed parts", p.name)
+                                };
+                                assert_eq!(r.start, at, "{name} world {world} {}: contiguous", p.name);
+                                at = r.end;
+                            }
+                            assert_eq!(bytes, p.nbytes(), "{name} world {world} {}: parts add up", p.name);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_heads_split_and_small_tensors_stay_whole() {
+    let cfg = Config::v41_flash();
+    let ps = params(&cfg);
+    let get = |n: &str| ps.iter().find(|p| p.name == n).unwrap();
+    assert_eq!(part(&cfg, 3, 0, ExpertSplit::Width, get("layers.5.attn.wq_b.weight")), Part::Rows(0..16 * 512));
+    assert_eq!(part(&cfg, 3, 2, ExpertSplit::Width, get("layers.5.attn.wo_b.weight")), Part::Cols(5 * 1024..8 * 1024));
+    assert_eq!(part(&cfg, 4, 1, ExpertSplit::Width, get("layers.5.attn.wkv.weight")), Part::Whole);
+    assert_eq!(part(&cfg, 4, 1, ExpertSplit::Width, get("layers.5.ffn.gate.weight")), Part::Whole);
+    let w2 = part(&cfg, 8, 7, ExpertSplit::Width, get("layers.5.ffn.experts.17.w2.weight"));
+    assert_eq!(w2, Part::Cols(2016..2304), "2304 = 72 blocks of 32: 9 per rank");
+    assert_eq!(part(&cfg, 8, 7, ExpertSplit::Whole, get("layers.5.ffn.experts.383.w1.weight")), Part::Whole);
+}
+
+#[test]
+fn the_budget_counts_replicated_bytes_once_per_rank() {
+    for (name, cfg) in configs() {
+        let ps = params(&cfg);
+        let total: u64 =
+            ps.iter().filter(|p| !p.name.ends_with("engram.embed.weight")).map(|p| p.nbytes() as u64).sum();
+        let one = budget(&cfg, 1, ExpertSplit::Width, WeightFormat::Official, LIM);
+        assert_eq!(one.weights, vec![total], "{name}");
+        let replicated: u64 = ps
+            .iter()
+            .filter(|p| !p.name.ends_with("engram.embed.weight"))
+            .filter(|p| part(&cfg, 4, 0, ExpertSplit::Width, p) == Part::Whole)
+            .map(|p| p.nbytes() as u64)
+            .sum();
+        let four = budget(&cfg, 4, ExpertSplit::Width, WeightFormat::Official, LIM);
+        assert_eq!(four.weights.iter().sum::<u64>(), total + 3 * replicated, "{name}");
+        let exl3 = budget(&cfg, 4, ExpertSplit::Width, WeightFormat::Exl3 { bpw: 2.9 }, LIM);
+        assert!(exl3.weights[0] < four.weights[0], "{name}: 2.9 bpw is smaller than FP8/FP4");
+    }
+}
+
+#[test]
+fn the_flash_model_fits_where_the_thread_ran_it_and_not_on_one_gpu() {
+    let cfg = Config::v41_flash();
+    let b1 = budget(&cfg, 1, ExpertSplit::Width, WeightFormat::Official, LIM);
+    assert!(b1.weights[0] > 250_000_000_000 && b1.weights[0] < 350_000_000_000, "{:?}", b1.weights);
+    assert_eq!(b1.max_context, vec![0], "≈ 300 GB of weights never fit one 141 GB card");
+    let b8 = budget(&cfg, 8, ExpertSplit::Width, WeightFormat::Official, LIM);
+    assert!(b8.max_context.iter().all(|&c| c >= 1 << 20), "TP8 on H200 holds a 1M-token lane: {:?}", b8.max_context);
+    assert!(b8.engram_tables.iter().sum::<u64>() > 190_000_000_000, "two ~100 GB tables, split by rows");
+    let smaller =
+        budget(&cfg, 8, ExpertSplit::Width, WeightFormat::Official, Limits { gpu_bytes: 80_000_000_000, ..LIM });
+    assert!(smaller.max_context[0] < b8.max_context[0]);
+}
