@@ -63,7 +63,7 @@ pub async fn chat(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Respons
             warn_unknown(&body, "/v1/chat/completions", &CHAT_FIELDS);
             let params = b.common.params(if b.logprobs { Some(b.top_logprobs.unwrap_or(0)) } else { None })?;
             let opts = chat_options(&b)?;
-            check_tools(&b.tools, b.tool_choice.as_ref()).map_err(|(param, m)| ApiError::param(param, m))?;
+            check_tools(&b.tools, b.tool_choice.as_ref()).map_err(|r| ApiError::param(r.param, r.message))?;
             let e = st.engine()?;
             let text = encode_messages(&b.messages, &b.tools, &opts)
                 .map_err(|err| ApiError::param("messages", err.to_string()))?;
