@@ -1,4 +1,4 @@
-//! The family trait: what a server's lane host needs from a model family, and nothing about HTTP or any one model.
+#![doc = include_str!("../README.md")]
 
 /// One model family as the lane host drives it; the host owns it on its scheduler thread.
 pub trait Family: Send + 'static {
