@@ -42,7 +42,7 @@ pub(crate) fn send(tx: &Tx, v: &Value) -> bool {
 
 /// The fixed fields of every chunk and of the whole response.
 pub(crate) struct Head {
-    pub format: Format,
+    format: Format,
     id: String,
     model: String,
     created: u64,

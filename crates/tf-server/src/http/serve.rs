@@ -80,8 +80,7 @@ impl Default for ServeConfig {
     }
 }
 
-/// The model used with no `--model`: the shipped gate model expanded into `$TF_CACHE_DIR` (else
-/// `~/.cache/tensorfold`) on first run, or the small synthetic model where the checkout has no gate-model weights.
+/// The model used with no `--model`: the shipped gate model (expanded into the cache on first run), else the small synthetic one.
 pub fn default_model() -> Result<PathBuf, Error> {
     let assets = tf_dsv41::gate_model::gate_model_assets();
     if assets.join("gate-model.json").is_file() {
