@@ -161,8 +161,7 @@ impl Loaded {
     pub fn load(dir: &Path, opts: crate::Options, gpu: Option<usize>, graphs: bool) -> Result<Loaded, Error> {
         let Some(n) = gpu else { return load_dsv41(dir, opts).map(|m| Loaded::Cpu(Box::new(m))) };
         let gpu = crate::cuda::open_gpu(n).map_err(|source| Error::OpenGpu { ordinal: n, source })?;
-        let mut model = crate::cuda::GpuModel::load(dir, opts, gpu)
-            .map_err(|source| Error::Load { dir: dir.to_path_buf(), source })?;
+        let mut model = crate::cuda::GpuModel::load(dir, opts, gpu)?;
         model.graphs = graphs;
         Ok(Loaded::Cuda(Box::new(model)))
     }
