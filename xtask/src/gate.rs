@@ -206,7 +206,7 @@ pub fn checkpoint_sha256(dir: &Path) -> Result<String, String> {
 type Tallies = BTreeMap<String, Tally>;
 
 /// Teacher-forces every prompt through both models in lockstep: prefill the head, then decode windows of the rest.
-fn score<F: Family>(exact: &F, cand: &F, prompts: &[Prompt], a: &Args) -> Result<Tallies, String> {
+fn score<F: Family>(exact: &F, cand: &F, prompts: &[Prompt], a: &Args) -> Result<Tallies, Box<dyn std::error::Error>> {
     let mut t = Tallies::new();
     let mut left = a.max_positions.unwrap_or(usize::MAX);
     for p in prompts {
@@ -245,13 +245,14 @@ fn score<F: Family>(exact: &F, cand: &F, prompts: &[Prompt], a: &Args) -> Result
 /// Loads both sides on one device through the server's loader and scores them.
 fn score_on(dir: &Path, a: &Args, sw: Switches, prompts: &[Prompt]) -> Result<Tallies, String> {
     use tf_dsv41::family::Loaded;
-    let exact = Loaded::load(dir, tf_dsv41::Options::default(), a.device, false)?;
-    let cand = Loaded::load(dir, sw.options(), a.device, sw.cuda_graphs)?;
-    match (exact, cand) {
+    let exact = Loaded::load(dir, tf_dsv41::Options::default(), a.device, false).map_err(|e| e.to_string())?;
+    let cand = Loaded::load(dir, sw.options(), a.device, sw.cuda_graphs).map_err(|e| e.to_string())?;
+    let scored = match (exact, cand) {
         (Loaded::Cpu(e), Loaded::Cpu(c)) => score(&*e, &*c, prompts, a),
         (Loaded::Cuda(e), Loaded::Cuda(c)) => score(&*e, &*c, prompts, a),
         _ => Err("the exact path and the candidate loaded on different devices".into()),
-    }
+    };
+    scored.map_err(|e| e.to_string())
 }
 
 /// Runs the gate and writes its receipt; the verdict is `pass`, `fail`, or `no verdict: …` off the gate model.
@@ -259,7 +260,7 @@ pub fn gate(a: &Args) -> Result<Value, String> {
     let sw = Switches::parse(&a.candidate).map_err(|e| format!("usage: --candidate: {e}"))?;
     let dir = match &a.model {
         Some(d) => d.clone(),
-        None => tf_server::http::serve::default_model()?,
+        None => tf_server::http::serve::default_model().map_err(|e| e.to_string())?,
     };
     let th_json: Value = serde_json::from_str(
         &std::fs::read_to_string(&a.thresholds).map_err(|e| format!("{}: {e}", a.thresholds.display()))?,

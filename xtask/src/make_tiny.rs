@@ -40,7 +40,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
         let mut value = || inline.clone().or_else(|| args.next().cloned()).ok_or(format!("{flag} needs a value"));
         match flag {
             "--out" => out = Some(PathBuf::from(value()?)),
-            "--config" => kind = value()?.parse()?,
+            "--config" => kind = value()?.parse().map_err(|e: tf_dsv41::tiny::UnknownTinyKind| e.to_string())?,
             "--seed" => seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--weights" => weights = value()?,
             "--exl3" => {

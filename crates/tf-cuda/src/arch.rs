@@ -40,12 +40,20 @@ impl fmt::Display for Arch {
     }
 }
 
+/// A GPU target name tf-cuda does not build for, with the ones it does.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown GPU target `{given}` (known: {known})")]
+pub struct UnknownArch {
+    pub given: String,
+    pub known: String,
+}
+
 impl FromStr for Arch {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Arch, String> {
+    type Err = UnknownArch;
+    fn from_str(s: &str) -> Result<Arch, UnknownArch> {
         Arch::ALL.into_iter().find(|a| a.to_string() == s).ok_or_else(|| {
             let known: Vec<String> = Arch::ALL.iter().map(Arch::to_string).collect();
-            format!("unknown GPU target `{s}` (known: {})", known.join(", "))
+            UnknownArch { given: s.into(), known: known.join(", ") }
         })
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("NVRTC not available: {0}")]
-    NvrtcNotFound(String),
+    NvrtcNotFound(std::sync::Arc<crate::nvrtc::NvrtcMissing>),
     #[error("kernel `{kernel}` did not compile for {arch} ({code}); options {options:?}; NVRTC log:\n{log}")]
     Compile { kernel: String, arch: Arch, code: String, options: Vec<String>, log: String },
     #[error("kernel `{kernel}` for {arch}: {call} failed ({code})")]

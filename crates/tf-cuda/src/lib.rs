@@ -15,7 +15,7 @@ pub mod pool;
 pub mod report;
 pub mod timing;
 
-pub use arch::Arch;
+pub use arch::{Arch, UnknownArch};
 pub use blas::Blas;
 pub use cache::{KernelSpec, cache_key, cache_path, default_cache_dir};
 pub use compile::{Cached, Compiled};

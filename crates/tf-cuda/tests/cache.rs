@@ -49,7 +49,9 @@ fn arch_names_and_capabilities() {
     assert_eq!(Arch::Sm90a.to_string(), "sm_90a");
     assert_eq!(Arch::Sm121a.to_string(), "sm_121a");
     assert_eq!("sm_121a".parse::<Arch>(), Ok(Arch::Sm121a));
-    assert!("sm_80".parse::<Arch>().unwrap_err().contains("sm_90a"));
+    let err = "sm_80".parse::<Arch>().unwrap_err();
+    assert_eq!(err.given, "sm_80");
+    assert!(err.to_string().contains("sm_90a"), "{err}");
     assert_eq!(Arch::for_capability(9, 0), Some(Arch::Sm90a));
     assert_eq!(Arch::for_capability(8, 0), None);
     assert_eq!(Arch::Sm90a.nvrtc_flag(), "--gpu-architecture=sm_90a");

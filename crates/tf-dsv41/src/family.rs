@@ -1,5 +1,6 @@
 //! dsv41 as a `tf_family::Family`: the CPU reference and the CUDA model, with Engram read-ahead.
 
+use crate::Error;
 use std::path::Path;
 use tf_family::Family;
 
@@ -53,12 +54,12 @@ fn dsv41_prefetch<M: ReadAheadSource>(
     hist: Option<Option<&tf_engram::NgramHistory>>,
     prompt: &[u32],
     chunks: &[usize],
-) -> Result<Option<crate::model::Prefetch>, String> {
+) -> Result<Option<crate::model::Prefetch>, Error> {
     if m.engram_io().is_none() {
         return Ok(None);
     }
     let fresh = crate::plan::Backend::hasher(m).map(tf_engram::NgramHasher::history);
-    m.start(hist.unwrap_or(fresh.as_ref()), prompt, chunks).map_err(|e| e.to_string())
+    Ok(m.start(hist.unwrap_or(fresh.as_ref()), prompt, chunks)?)
 }
 
 /// A decode step's rows as one chunk; a read-ahead that cannot start leaves the step to read its rows itself.
@@ -80,7 +81,7 @@ macro_rules! dsv41_read_ahead {
             lane: Option<&Self::Lane>,
             prompt: &[u32],
             chunks: &[usize],
-        ) -> Result<Option<Self::Prefetch>, String> {
+        ) -> Result<Option<Self::Prefetch>, Error> {
             dsv41_prefetch(self, lane.map(|l| l.engram.as_ref()), prompt, chunks)
         }
 
@@ -90,8 +91,8 @@ macro_rules! dsv41_read_ahead {
             tokens: &[u32],
             last: bool,
             pf: &mut Self::Prefetch,
-        ) -> Result<Option<Vec<f32>>, String> {
-            <$m>::prefill_prefetched(self, lane, tokens, last, pf).map_err(|e| e.to_string())
+        ) -> Result<Option<Vec<f32>>, Error> {
+            <$m>::prefill_prefetched(self, lane, tokens, last, pf).map_err(Error::from)
         }
 
         fn prefetch_decode(&self, lane: &Self::Lane, tokens: &[u32]) -> Option<Self::Prefetch> {
@@ -103,20 +104,21 @@ macro_rules! dsv41_read_ahead {
             lane: &mut Self::Lane,
             tokens: &[u32],
             pf: &mut Self::Prefetch,
-        ) -> Result<Vec<Vec<f32>>, String> {
-            <$m>::decode_prefetched(self, lane, tokens, pf).map_err(|e| e.to_string())
+        ) -> Result<Vec<Vec<f32>>, Error> {
+            <$m>::decode_prefetched(self, lane, tokens, pf).map_err(Error::from)
         }
     };
 }
 
 impl Family for crate::Model {
     type Lane = crate::state::SeqState;
+    type Error = Error;
 
-    fn new_lane(&self) -> Result<Self::Lane, String> {
+    fn new_lane(&self) -> Result<Self::Lane, Error> {
         Ok(self.new_state())
     }
 
-    fn fork(&self, lane: &Self::Lane) -> Result<Self::Lane, String> {
+    fn fork(&self, lane: &Self::Lane) -> Result<Self::Lane, Error> {
         Ok(lane.clone())
     }
 
@@ -132,12 +134,12 @@ impl Family for crate::Model {
         self.cfg.max_seq_len
     }
 
-    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
-        crate::Model::prefill(self, lane, tokens, last).map_err(|e| e.to_string())
+    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, Error> {
+        crate::Model::prefill(self, lane, tokens, last).map_err(Error::from)
     }
 
-    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
-        crate::Model::decode(self, lane, tokens).map_err(|e| e.to_string())
+    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
+        crate::Model::decode(self, lane, tokens).map_err(Error::from)
     }
 
     dsv41_read_ahead!(crate::Model);
@@ -145,13 +147,14 @@ impl Family for crate::Model {
 
 impl Family for crate::cuda::GpuModel {
     type Lane = crate::cuda::GpuLane;
+    type Error = Error;
 
-    fn new_lane(&self) -> Result<Self::Lane, String> {
-        crate::cuda::GpuModel::new_lane(self).map_err(|e| e.to_string())
+    fn new_lane(&self) -> Result<Self::Lane, Error> {
+        crate::cuda::GpuModel::new_lane(self).map_err(Error::from)
     }
 
-    fn fork(&self, lane: &Self::Lane) -> Result<Self::Lane, String> {
-        lane.fork(self.gpu).map_err(|e| e.to_string())
+    fn fork(&self, lane: &Self::Lane) -> Result<Self::Lane, Error> {
+        lane.fork(self.gpu).map_err(Error::from)
     }
 
     fn vocab_size(&self) -> usize {
@@ -166,20 +169,20 @@ impl Family for crate::cuda::GpuModel {
         self.cfg().max_seq_len
     }
 
-    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
-        crate::cuda::GpuModel::prefill(self, lane, tokens, last).map_err(|e| e.to_string())
+    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, Error> {
+        crate::cuda::GpuModel::prefill(self, lane, tokens, last).map_err(Error::from)
     }
 
-    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
-        crate::cuda::GpuModel::decode(self, lane, tokens).map_err(|e| e.to_string())
+    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
+        crate::cuda::GpuModel::decode(self, lane, tokens).map_err(Error::from)
     }
 
     dsv41_read_ahead!(crate::cuda::GpuModel);
 }
 
 /// Loads the dsv41 family from a checkpoint directory.
-pub fn load_dsv41(dir: &Path, opts: crate::Options) -> Result<crate::Model, String> {
-    crate::Model::load(dir, opts).map_err(|e| format!("{}: {e}", dir.display()))
+pub fn load_dsv41(dir: &Path, opts: crate::Options) -> Result<crate::Model, Error> {
+    crate::Model::load(dir, opts).map_err(|source| Error::Load { dir: dir.to_path_buf(), source })
 }
 
 /// A dsv41 model loaded for serving, on the CPU or one GPU: what a server starts its lane host with.
@@ -190,10 +193,10 @@ pub enum Loaded {
 
 impl Loaded {
     /// Loads `dir` on the CPU (`gpu: None`) or on GPU `n` (`graphs`: each decode step as one CUDA graph).
-    pub fn load(dir: &Path, opts: crate::Options, gpu: Option<usize>, graphs: bool) -> Result<Loaded, String> {
+    pub fn load(dir: &Path, opts: crate::Options, gpu: Option<usize>, graphs: bool) -> Result<Loaded, Error> {
         let Some(n) = gpu else { return load_dsv41(dir, opts).map(|m| Loaded::Cpu(Box::new(m))) };
-        let gpu = crate::cuda::open_gpu(n).map_err(|e| format!("GPU {n}: {e}"))?;
-        let mut model = crate::cuda::GpuModel::load(dir, opts, gpu).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let gpu = crate::cuda::open_gpu(n).map_err(|source| Error::OpenGpu { ordinal: n, source })?;
+        let mut model = crate::cuda::GpuModel::load(dir, opts, gpu)?;
         model.graphs = graphs;
         Ok(Loaded::Cuda(Box::new(model)))
     }

@@ -4,6 +4,7 @@ pub mod attn;
 pub mod config;
 pub mod cuda;
 pub mod engram;
+pub mod error;
 pub mod family;
 pub mod gate_model;
 pub mod linear;
@@ -19,5 +20,6 @@ pub mod tp;
 pub mod wquant;
 
 pub use config::{Config, ConfigError};
+pub use error::Error;
 pub use model::{EXL3_PROMPT_MIN_ROWS, Model, Options, PrefillMxfp4};
 pub use tf_engram::IoMode as EngramIo;

@@ -110,12 +110,19 @@ impl<W: Native> QLinear<W> {
     }
 
     /// The native weight, or an error naming the EXL3 tensor for paths that do not take EXL3 yet (the GPU).
-    pub fn native(&self) -> std::result::Result<&W, String> {
+    pub fn native(&self) -> std::result::Result<&W, NotNative> {
         match self {
             QLinear::Native(w) => Ok(w),
-            QLinear::Exl3(e) => Err(format!("`{}` is EXL3, which the CUDA backend does not run yet", e.name)),
+            QLinear::Exl3(e) => Err(NotNative { tensor: e.name.clone() }),
         }
     }
+}
+
+/// A linear stored as EXL3 where a path needs DeepSeek's native format.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{tensor}` is EXL3, which the CUDA backend does not run yet")]
+pub struct NotNative {
+    pub tensor: String,
 }
 
 /// A small EXL3 linear run as a plain f32 matrix (compressor, index keys, `wo_a` slices): `[out, inp]`, `None` without `{name}.trellis`.

@@ -1,22 +1,24 @@
-//! The family trait: what a server's lane host needs from a model family, and nothing about HTTP or any one model.
+#![doc = include_str!("../README.md")]
 
 /// One model family as the lane host drives it; the host owns it on its scheduler thread.
 pub trait Family: Send + 'static {
     /// A sequence's state (its caches); one per lane.
     type Lane: Send;
+    /// What a step can fail with; the lane host reports it to that request only, by its message.
+    type Error: std::error::Error + Send + Sync + 'static;
 
     /// A fresh lane; fails (that request only) when its caches cannot be allocated.
-    fn new_lane(&self) -> Result<Self::Lane, String>;
+    fn new_lane(&self) -> Result<Self::Lane, Self::Error>;
     /// A copy of a lane that continues exactly as the original would (the prompt cache's snapshot).
-    fn fork(&self, lane: &Self::Lane) -> Result<Self::Lane, String>;
+    fn fork(&self, lane: &Self::Lane) -> Result<Self::Lane, Self::Error>;
     fn vocab_size(&self) -> usize;
     fn eos_token(&self) -> u32;
     /// Longest prompt plus generation a lane may hold.
     fn max_context(&self) -> usize;
     /// Feeds a prompt chunk; returns the last row's logits when `last`.
-    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String>;
+    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, Self::Error>;
     /// Feeds rows after the prompt; returns each row's logits.
-    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String>;
+    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Self::Error>;
 
     /// What a prompt's rows fetched ahead of its chunks are held in (Engram read-ahead); `()` for families without.
     type Prefetch: Send;
@@ -26,7 +28,7 @@ pub trait Family: Send + 'static {
         _lane: Option<&Self::Lane>,
         _prompt: &[u32],
         _chunks: &[usize],
-    ) -> Result<Option<Self::Prefetch>, String> {
+    ) -> Result<Option<Self::Prefetch>, Self::Error> {
         Ok(None)
     }
     /// [`Family::prefill`] of the next prefetched chunk.
@@ -36,7 +38,7 @@ pub trait Family: Send + 'static {
         tokens: &[u32],
         last: bool,
         _pf: &mut Self::Prefetch,
-    ) -> Result<Option<Vec<f32>>, String> {
+    ) -> Result<Option<Vec<f32>>, Self::Error> {
         self.prefill(lane, tokens, last)
     }
     /// Starts fetching what decoding `tokens` next on `lane` will read, as soon as they are sampled; `None`: nothing to fetch.
@@ -49,7 +51,7 @@ pub trait Family: Send + 'static {
         lane: &mut Self::Lane,
         tokens: &[u32],
         _pf: &mut Self::Prefetch,
-    ) -> Result<Vec<Vec<f32>>, String> {
+    ) -> Result<Vec<Vec<f32>>, Self::Error> {
         self.decode(lane, tokens)
     }
 }

@@ -182,7 +182,7 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// The server's configuration, after the checks between flags that clap cannot express alone.
-    pub fn into_config(self) -> Result<ServeConfig, String> {
+    pub fn into_config(self) -> Result<ServeConfig, crate::Error> {
         let cpu = self.device == Device::Cpu;
         let mxfp4 = self.prefill_experts == PrefillExperts::Mxfp4;
         let prefill_mxfp4 = match (mxfp4, self.prefill_mxfp4_layers, self.prefill_mxfp4_min_rows) {
@@ -195,7 +195,9 @@ impl ServeArgs {
             }
             (false, None, None) => None,
             (false, ..) => {
-                return Err("--prefill-mxfp4-layers and --prefill-mxfp4-min-rows need --prefill-experts mxfp4".into());
+                return Err(crate::Error::Usage(
+                    "--prefill-mxfp4-layers and --prefill-mxfp4-min-rows need --prefill-experts mxfp4",
+                ));
             }
         };
         let engram_io = match self.engram_io {
@@ -204,21 +206,27 @@ impl ServeArgs {
             EngramIo::Direct => Some(tf_dsv41::EngramIo::Direct),
         };
         if self.engram_cache_rows > 0 && engram_io.is_none() {
-            return Err("--engram-cache-rows needs --engram-io mmap|direct (mapped tables are in memory)".into());
+            return Err(crate::Error::Usage(
+                "--engram-cache-rows needs --engram-io mmap|direct (mapped tables are in memory)",
+            ));
         }
         let exl3_prompt_gemm = match (self.exl3_prompt == Exl3Prompt::Gemm, self.exl3_prompt_min_rows) {
             (true, Some(rows)) if rows < 2 => {
-                return Err("--exl3-prompt-min-rows must be at least 2: one-row decode steps stay on the GEMV".into());
+                return Err(crate::Error::Usage(
+                    "--exl3-prompt-min-rows must be at least 2: one-row decode steps stay on the GEMV",
+                ));
             }
             (true, rows) => Some(rows.unwrap_or(tf_dsv41::EXL3_PROMPT_MIN_ROWS)),
             (false, None) => None,
-            (false, Some(_)) => return Err("--exl3-prompt-min-rows needs --exl3-prompt gemm".into()),
+            (false, Some(_)) => return Err(crate::Error::Usage("--exl3-prompt-min-rows needs --exl3-prompt gemm")),
         };
         if exl3_prompt_gemm.is_some() && cpu {
-            return Err("--exl3-prompt gemm needs --device cuda (the CPU reference has no GEMM path)".into());
+            return Err(crate::Error::Usage(
+                "--exl3-prompt gemm needs --device cuda (the CPU reference has no GEMM path)",
+            ));
         }
         if self.cuda_graphs && cpu {
-            return Err("--cuda-graphs needs --device cuda".into());
+            return Err(crate::Error::Usage("--cuda-graphs needs --device cuda"));
         }
         let limits = Limits {
             max_lanes: self.max_lanes,

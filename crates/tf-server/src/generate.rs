@@ -149,8 +149,8 @@ pub fn prompt_ids(tok: &Tokenizer, text: &str, bos: u32) -> Result<Vec<u32>> {
 }
 
 /// Runs `tf generate`, writing text to `out` as it is decoded.
-pub fn run(args: &Args, out: &mut impl std::io::Write) -> Result<Stats> {
-    let dir = args.model.clone().map_or_else(crate::http::serve::default_model, Ok).map_err(Error::Invalid)?;
+pub fn run(args: &Args, out: &mut impl std::io::Write) -> Result<Stats, crate::Error> {
+    let dir = args.model.clone().map_or_else(crate::http::serve::default_model, Ok)?;
     let Loaded { model, tokenizer } = load(&dir, args.replay, args.engram_from.as_deref())?;
     let (bos, eos) = (model.cfg.bos_token_id, model.cfg.eos_token_id);
     let prompt = prompt_ids(&tokenizer, &args.prompt, bos)?;

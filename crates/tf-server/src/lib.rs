@@ -2,9 +2,12 @@
 
 pub mod chat;
 pub mod cli;
+pub mod error;
 pub mod generate;
 pub mod http;
 pub mod inspect;
 pub mod lanes;
 pub mod plan;
 pub mod tokenizer;
+
+pub use error::Error;

@@ -9,7 +9,7 @@ fn devices_parse_and_bad_ones_are_named() {
     assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda(0)));
     assert_eq!("cuda:3".parse::<Device>(), Ok(Device::Cuda(3)));
     for bad in ["gpu", "cuda:", "cuda:x", "CUDA"] {
-        let e = bad.parse::<Device>().unwrap_err();
+        let e = bad.parse::<Device>().unwrap_err().to_string();
         assert!(e.contains(bad) && e.contains("cuda:N"), "{bad}: {e}");
     }
 }
@@ -22,5 +22,9 @@ fn a_gpu_that_cannot_be_opened_fails_the_load_naming_it() {
     let err = load_engine(dir.path(), Limits::default(), tf_dsv41::Options::default(), Device::Cuda(99), false)
         .err()
         .expect("GPU 99 cannot load");
-    assert!(err.contains("GPU 99"), "{err}");
+    assert!(
+        matches!(&err, tf_server::Error::Model(tf_dsv41::Error::OpenGpu { ordinal: 99, .. })),
+        "the GPU's own error, kept whole: {err:?}"
+    );
+    assert!(err.to_string().starts_with("GPU 99: "), "{err}");
 }

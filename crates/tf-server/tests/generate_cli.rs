@@ -87,7 +87,7 @@ fn usage_errors_exit_2() {
     let out = tf(&["generate", "--model", "/x", "--prompt", "p", "--temperature", "0.7"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr).unwrap().contains("'--temperature'"));
-    assert_eq!(tf(&["generate", "--prompt", "p"]).status.code(), Some(2));
+    assert_eq!(tf(&["generate", "--model", "/x"]).status.code(), Some(2), "--prompt is required");
     assert_eq!(tf(&["frobnicate"]).status.code(), Some(2));
     assert!(tf(&["generate", "--help"]).status.success());
     let help = tf(&["serve", "--help"]);

@@ -88,15 +88,16 @@ pub(crate) fn unlocked<T>(m: &parking_lot::Mutex<T>) -> parking_lot::MutexGuard<
     m.lock()
 }
 
+/// The forward's steps still return tf-core's error (until the one forward plan returns `crate::Error`).
 fn cuda_err(e: Error) -> tf_core::Error {
     tf_core::Error::Invalid(format!("cuda: {e}"))
 }
 
 impl GpuModel {
     /// Loads a checkpoint on the CPU, then uploads every backbone weight to `gpu`.
-    pub fn load(dir: &Path, opts: Options, gpu: &'static Gpu) -> tf_core::Result<GpuModel> {
-        let cpu = Model::load(dir, opts)?;
-        GpuModel::from_cpu(cpu, gpu).map_err(cuda_err)
+    pub fn load(dir: &Path, opts: Options, gpu: &'static Gpu) -> Result<GpuModel, crate::Error> {
+        let cpu = crate::family::load_dsv41(dir, opts)?;
+        Ok(GpuModel::from_cpu(cpu, gpu)?)
     }
 
     /// Uploads `cpu`'s weights and keeps only its Engram hasher and tables; the host model is dropped.

@@ -283,7 +283,7 @@ impl Experts4 {
 
 /// The native weight of a linear, or an error naming the EXL3 tensor the GPU cannot run yet.
 fn native<W: crate::qlinear::Native>(q: &QLinear<W>) -> Result<&W, Error> {
-    q.native().map_err(|what| Error::Launch { op: "upload", what })
+    q.native().map_err(|e| Error::Launch { op: "upload", what: e.to_string() })
 }
 
 /// A plain `[n, k]` matrix kept in bf16 when every value is one (as checkpoints store them), else f32.

@@ -12,13 +12,18 @@ pub enum TinyKind {
     Small,
 }
 
+/// A synthetic config name other than `tiny` or `small`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown synthetic config `{0}` (expected tiny or small)")]
+pub struct UnknownTinyKind(pub String);
+
 impl std::str::FromStr for TinyKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<TinyKind, String> {
+    type Err = UnknownTinyKind;
+    fn from_str(s: &str) -> Result<TinyKind, UnknownTinyKind> {
         match s {
             "tiny" => Ok(TinyKind::Tiny),
             "small" => Ok(TinyKind::Small),
-            other => Err(format!("unknown synthetic config `{other}` (expected tiny or small)")),
+            other => Err(UnknownTinyKind(other.into())),
         }
     }
 }

@@ -15,7 +15,7 @@ pub use dsml::{BOS, EOS, THINK_END, THINK_START};
 pub use encode::encode_messages;
 pub use parse::{ParsedCompletion, parse_completion};
 pub use pyjson::{Ordered, dumps as python_json_dumps, dumps_ordered as python_json_dumps_ordered};
-pub use schema::check_tools;
+pub use schema::{BadSchema, Refusal, check_tools};
 pub use stream::{CompletionStream, StreamEvent};
 pub use types::{ChatMessage, ChatOptions, ContentPart, FunctionCall, MessageContent, ReasoningEffort, Tool, ToolCall};
 

@@ -6,14 +6,31 @@ use serde_json::{Map, Value};
 /// The JSON Schema type names.
 const TYPES: [&str; 7] = ["object", "array", "string", "number", "integer", "boolean", "null"];
 
-/// A refusal: the request field at fault and why.
-pub type Refusal = (&'static str, String);
+/// A refusal: the request field at fault (`tools` or `tool_choice`) and why; the message is the 400's text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub param: &'static str,
+    pub message: String,
+}
+
+/// A `parameters` schema that is not valid JSON Schema: where in it, and what is wrong there.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{at} {why}")]
+pub struct BadSchema {
+    pub at: String,
+    pub why: String,
+}
+
+fn bad_schema<T>(at: &str, why: impl Into<String>) -> Result<T, BadSchema> {
+    Err(BadSchema { at: at.to_string(), why: why.into() })
+}
 
 /// Checks every tool (type, name, unique names, description, a JSON Schema object for `parameters`) and `tool_choice`.
 pub fn check_tools(tools: &[Tool], choice: Option<&Value>) -> Result<(), Refusal> {
     let mut names = Vec::with_capacity(tools.len());
     for (i, t) in tools.iter().enumerate() {
-        let at = |m: String| ("tools", format!("tools[{i}]: {m}"));
+        let at = |m: String| Refusal { param: "tools", message: format!("tools[{i}]: {m}") };
         let name = t.name().map_err(|e| at(e.to_string()))?;
         if names.contains(&name) {
             return Err(at(format!("function name {name:?} is used twice")));
@@ -35,7 +52,7 @@ pub fn check_tools(tools: &[Tool], choice: Option<&Value>) -> Result<(), Refusal
 
 /// `tool_choice`: `none`, `auto`, `required` (needs tools) or `{"type": "function", "function": {"name": N}}` naming a tool.
 fn check_choice(names: &[String], choice: Option<&Value>) -> Result<(), Refusal> {
-    let bad = |m: String| Err(("tool_choice", m));
+    let bad = |message: String| Err(Refusal { param: "tool_choice", message });
     match choice {
         None | Some(Value::Null) => Ok(()),
         Some(Value::String(s)) if s == "none" || s == "auto" => Ok(()),
@@ -57,22 +74,22 @@ fn check_choice(names: &[String], choice: Option<&Value>) -> Result<(), Refusal>
 }
 
 /// The root of `parameters`: an object schema, as OpenAI requires.
-fn check_root(v: &Value) -> Result<(), String> {
-    let Value::Object(m) = v else { return Err(format!("the schema must be a JSON object, got {v}")) };
+fn check_root(v: &Value) -> Result<(), BadSchema> {
+    let Value::Object(m) = v else { return bad_schema("the schema", format!("must be a JSON object, got {v}")) };
     if let Some(t) = m.get("type")
         && t != "object"
     {
-        return Err(format!("the root schema must have type \"object\", got {t}"));
+        return bad_schema("the root schema", format!("must have type \"object\", got {t}"));
     }
     check_schema(v, "parameters")
 }
 
 /// One (sub)schema: a boolean or an object whose known keywords have the types JSON Schema gives them.
-fn check_schema(v: &Value, path: &str) -> Result<(), String> {
+fn check_schema(v: &Value, path: &str) -> Result<(), BadSchema> {
     let m = match v {
         Value::Bool(_) => return Ok(()),
         Value::Object(m) => m,
-        other => return Err(format!("{path} must be a schema object or boolean, got {other}")),
+        other => return bad_schema(path, format!("must be a schema object or boolean, got {other}")),
     };
     for (k, val) in m {
         let at = format!("{path}.{k}");
@@ -96,21 +113,21 @@ fn check_schema(v: &Value, path: &str) -> Result<(), String> {
             "anyOf" | "oneOf" | "allOf" | "prefixItems" => schemas(val, &at, true)?,
             "required" => unique_strings(val, &at)?,
             "enum" if val.as_array().is_none_or(|a| a.is_empty()) => {
-                return Err(format!("{at} must be a non-empty array"));
+                return bad_schema(&at, "must be a non-empty array");
             }
             "description" | "title" | "pattern" | "format" | "$ref" | "$schema" | "$id" if !val.is_string() => {
-                return Err(format!("{at} must be a string"));
+                return bad_schema(&at, "must be a string");
             }
             "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" if !val.is_number() => {
-                return Err(format!("{at} must be a number"));
+                return bad_schema(&at, "must be a number");
             }
             "multipleOf" if !val.as_f64().is_some_and(|x| x > 0.0) => {
-                return Err(format!("{at} must be a number above 0"));
+                return bad_schema(&at, "must be a number above 0");
             }
             "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties" | "maxProperties"
                 if !val.is_u64() =>
             {
-                return Err(format!("{at} must be a non-negative integer"));
+                return bad_schema(&at, "must be a non-negative integer");
             }
             _ => {}
         }
@@ -118,36 +135,37 @@ fn check_schema(v: &Value, path: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn object<'v>(v: &'v Value, at: &str) -> Result<&'v Map<String, Value>, String> {
-    v.as_object().ok_or_else(|| format!("{at} must be an object, got {v}"))
+fn object<'v>(v: &'v Value, at: &str) -> Result<&'v Map<String, Value>, BadSchema> {
+    v.as_object().ok_or_else(|| BadSchema { at: at.into(), why: format!("must be an object, got {v}") })
 }
 
-fn check_type(v: &Value, at: &str) -> Result<(), String> {
+fn check_type(v: &Value, at: &str) -> Result<(), BadSchema> {
     let known = |t: &Value| t.as_str().is_some_and(|s| TYPES.contains(&s));
     let ok = match v {
         Value::String(_) => known(v),
         Value::Array(a) => !a.is_empty() && a.iter().all(known),
         _ => false,
     };
-    if ok { Ok(()) } else { Err(format!("{at} must be one of {TYPES:?} or a list of them, got {v}")) }
+    if ok { Ok(()) } else { bad_schema(at, format!("must be one of {TYPES:?} or a list of them, got {v}")) }
 }
 
-fn schemas(v: &Value, at: &str, non_empty: bool) -> Result<(), String> {
-    let a = v.as_array().ok_or_else(|| format!("{at} must be an array of schemas"))?;
+fn schemas(v: &Value, at: &str, non_empty: bool) -> Result<(), BadSchema> {
+    let a = v.as_array().ok_or_else(|| BadSchema { at: at.into(), why: "must be an array of schemas".into() })?;
     if non_empty && a.is_empty() {
-        return Err(format!("{at} must not be empty"));
+        return bad_schema(at, "must not be empty");
     }
     a.iter().enumerate().try_for_each(|(i, s)| check_schema(s, &format!("{at}[{i}]")))
 }
 
-fn unique_strings(v: &Value, at: &str) -> Result<(), String> {
-    let a = v.as_array().ok_or_else(|| format!("{at} must be an array of property names"))?;
+fn unique_strings(v: &Value, at: &str) -> Result<(), BadSchema> {
+    let a =
+        v.as_array().ok_or_else(|| BadSchema { at: at.into(), why: "must be an array of property names".into() })?;
     for (i, s) in a.iter().enumerate() {
         if !s.is_string() {
-            return Err(format!("{at}[{i}] must be a string, got {s}"));
+            return bad_schema(&format!("{at}[{i}]"), format!("must be a string, got {s}"));
         }
         if a[..i].contains(s) {
-            return Err(format!("{at} names {s} twice"));
+            return bad_schema(at, format!("names {s} twice"));
         }
     }
     Ok(())

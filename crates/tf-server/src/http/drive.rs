@@ -16,6 +16,21 @@ pub struct Summary {
     pub cached_tokens: usize,
 }
 
+/// Why a choice ended without finishing; its message is the 500's or the stream's error chunk.
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    /// The incremental detokenizer (tf-core's error).
+    #[error(transparent)]
+    Detokenize(#[from] tf_core::Error),
+    /// The lane host's message for a failed step, passed on as it is.
+    #[error("{0}")]
+    Model(String),
+    #[error("client went away")]
+    ClientGone,
+    #[error("the model stopped before finishing")]
+    Ended,
+}
+
 /// Text released by one token (possibly empty while a stop string or a character is still undecided).
 pub struct Delta<'a> {
     pub text: String,
@@ -30,7 +45,7 @@ pub fn drive(
     p: &GenParams,
     skip_special: bool,
     mut sink: impl FnMut(Delta<'_>) -> bool,
-) -> Result<Summary, String> {
+) -> Result<Summary, DriveError> {
     let mut dec = IncrementalDecoder::new(tok, prompt, skip_special);
     let mut stop = StopScan::new(p.stop.clone());
     let mut completion = 0;
@@ -38,9 +53,9 @@ pub fn drive(
         match ev {
             Event::Token(t) => {
                 completion += 1;
-                let text = stop.push(&dec.push(t.id).map_err(|e| e.to_string())?);
+                let text = stop.push(&dec.push(t.id)?);
                 if !sink(Delta { text, token: Some(&t) }) {
-                    return Err("client went away".into());
+                    return Err(DriveError::ClientGone);
                 }
                 if stop.hit() {
                     let cached_tokens = rx.cached_tokens();
@@ -54,7 +69,7 @@ pub fn drive(
                 }
             }
             Event::Done { finish, prompt_tokens, completion_tokens, cached_tokens } => {
-                let tail = dec.finish().map_err(|e| e.to_string())?;
+                let tail = dec.finish()?;
                 let mut text = stop.push(&tail);
                 text.push_str(&stop.finish());
                 if !text.is_empty() {
@@ -63,10 +78,10 @@ pub fn drive(
                 let finish = if stop.hit() || finish == Finish::Stop { "stop" } else { "length" };
                 return Ok(Summary { finish, prompt_tokens, completion_tokens, cached_tokens });
             }
-            Event::Error(e) => return Err(e),
+            Event::Error(e) => return Err(DriveError::Model(e)),
         }
     }
-    Err("the model stopped before finishing".into())
+    Err(DriveError::Ended)
 }
 
 /// One token's logprob entry in the chat format (with `token_id`, as vLLM and SGLang add).

@@ -25,6 +25,11 @@ impl ApiError {
     pub fn status(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError { status, message: message.into(), param: None }
     }
+
+    /// A 500 carrying the failure's own text.
+    pub fn internal(e: impl std::fmt::Display) -> ApiError {
+        ApiError::status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+    }
 }
 
 impl IntoResponse for ApiError {

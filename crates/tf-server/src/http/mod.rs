@@ -5,6 +5,8 @@ mod chat;
 mod complete;
 pub mod drive;
 pub mod error;
+mod render;
+mod respond;
 pub mod serve;
 pub mod text;
 
@@ -53,13 +55,13 @@ impl AppState {
         &self,
         work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
-        let permit = self.prep.clone().acquire_owned().await.map_err(complete::internal)?;
+        let permit = self.prep.clone().acquire_owned().await.map_err(ApiError::internal)?;
         let job = tokio::task::spawn_blocking(move || {
             let r = work();
             drop(permit);
             r
         });
-        job.await.map_err(complete::internal)?
+        job.await.map_err(ApiError::internal)?
     }
 
     pub(crate) fn engine(&self) -> Result<&Engine, ApiError> {

@@ -1,6 +1,7 @@
 //! `tf serve`: bind, load the model in the background (health is 503 until then), serve until Ctrl-C.
 
 use super::{AppState, Engine, router};
+use crate::error::{Error, UnknownValue};
 use crate::lanes::{LaneHost, Limits};
 use crate::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
@@ -43,16 +44,16 @@ pub enum Device {
 }
 
 impl std::str::FromStr for Device {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Device, String> {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Device, UnknownValue> {
         match s {
             "cpu" => Ok(Device::Cpu),
             "cuda" => Ok(Device::Cuda(0)),
-            _ => s
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(Device::Cuda)
-                .ok_or_else(|| format!("unknown device `{s}` (expected cpu, cuda or cuda:N)")),
+            _ => s.strip_prefix("cuda:").and_then(|n| n.parse().ok()).map(Device::Cuda).ok_or_else(|| UnknownValue {
+                what: "device",
+                value: s.into(),
+                expected: "expected cpu, cuda or cuda:N",
+            }),
         }
     }
 }
@@ -79,12 +80,12 @@ impl Default for ServeConfig {
     }
 }
 
-/// The model used with no `--model`: the shipped gate model, expanded into the cache on first run, else the small synthetic one.
-pub fn default_model() -> Result<PathBuf, String> {
+/// The model used with no `--model`: the shipped gate model (expanded into the cache on first run), else the small synthetic one.
+pub fn default_model() -> Result<PathBuf, Error> {
     let assets = tf_dsv41::gate_model::gate_model_assets();
     if assets.join("gate-model.json").is_file() {
         let t = std::time::Instant::now();
-        let dir = tf_dsv41::gate_model::ensure(&assets, &tf_core::cache_dir()).map_err(|e| e.to_string())?;
+        let dir = tf_dsv41::gate_model::ensure(&assets, &tf_core::cache_dir()).map_err(tf_dsv41::Error::from)?;
         tracing::info!(dir = %dir.display(), seconds = t.elapsed().as_secs_f32(), "gate model ready");
         return Ok(dir);
     }
@@ -95,7 +96,7 @@ pub fn default_model() -> Result<PathBuf, String> {
 }
 
 /// Writes the small synthetic dsv41 checkpoint on first use, reporting progress on stderr.
-fn ensure_small_model(dir: &Path) -> Result<(), String> {
+fn ensure_small_model(dir: &Path) -> Result<(), Error> {
     if dir.join("model.safetensors.index.json").is_file() {
         return Ok(());
     }
@@ -103,8 +104,8 @@ fn ensure_small_model(dir: &Path) -> Result<(), String> {
     let t = std::time::Instant::now();
     let tmp = dir.with_extension("partial");
     let _ = std::fs::remove_dir_all(&tmp);
-    tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Small, 0, &tmp).map_err(|e| e.to_string())?;
-    std::fs::rename(&tmp, dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Small, 0, &tmp).map_err(tf_dsv41::Error::from)?;
+    std::fs::rename(&tmp, dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
     tracing::info!(seconds = t.elapsed().as_secs_f32(), "model written");
     Ok(())
 }
@@ -116,8 +117,8 @@ pub fn load_engine(
     opts: tf_dsv41::Options,
     device: Device,
     graphs: bool,
-) -> Result<Engine, String> {
-    let tok = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| e.to_string())?;
+) -> Result<Engine, Error> {
+    let tok = Tokenizer::from_file(dir.join("tokenizer.json"))?;
     let gpu = match device {
         Device::Cpu => None,
         Device::Cuda(n) => Some(n),
@@ -178,13 +179,13 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
 }
 
 /// `tf serve`: binds `host:port` and serves until Ctrl-C.
-pub fn run(cfg: ServeConfig) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+pub fn run(cfg: ServeConfig) -> Result<(), Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
             .await
-            .map_err(|e| format!("bind {}:{}: {e}", cfg.host, cfg.port))?;
-        tracing::info!("listening on http://{}", listener.local_addr().map_err(|e| e.to_string())?);
-        serve_on(listener, cfg).await.map_err(|e| e.to_string())
+            .map_err(|source| Error::Bind { addr: format!("{}:{}", cfg.host, cfg.port), source })?;
+        tracing::info!("listening on http://{}", listener.local_addr()?);
+        Ok(serve_on(listener, cfg).await?)
     })
 }

@@ -63,12 +63,16 @@ pub enum Admission {
 }
 
 impl std::str::FromStr for Admission {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Admission, String> {
+    type Err = crate::error::UnknownValue;
+    fn from_str(s: &str) -> Result<Admission, Self::Err> {
         match s {
             "fifo" => Ok(Admission::Fifo),
             "short-first" => Ok(Admission::ShortFirst),
-            _ => Err(format!("unknown admission policy `{s}` (fifo, short-first)")),
+            _ => Err(crate::error::UnknownValue {
+                what: "admission policy",
+                value: s.into(),
+                expected: "fifo, short-first",
+            }),
         }
     }
 }

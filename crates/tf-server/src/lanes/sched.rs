@@ -261,7 +261,7 @@ impl<F: Family> Scheduler<F> {
             match r {
                 Ok(Some(l)) => l,
                 Ok(None) => return After::Continue,
-                Err(e) => return fail(e),
+                Err(e) => return fail(e.to_string()),
             }
         } else {
             let next = a.next.expect("a lane past its prompt has a next token");
@@ -271,7 +271,7 @@ impl<F: Family> Scheduler<F> {
             };
             match r {
                 Ok(mut rows) => rows.remove(0),
-                Err(e) => return fail(e),
+                Err(e) => return fail(e.to_string()),
             }
         };
         let after = emit(a, &logits, family.eos_token(), family.max_context(), &self.metrics);

@@ -14,12 +14,18 @@ pub struct Scripted {
     pub prefetch: bool,
 }
 
+/// The scripted family's failure: the message the lane host must pass on to the request.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
 impl Family for Scripted {
     type Lane = Vec<u32>;
-    fn new_lane(&self) -> Result<Vec<u32>, String> {
+    type Error = Refused;
+    fn new_lane(&self) -> Result<Vec<u32>, Refused> {
         Ok(Vec::new())
     }
-    fn fork(&self, lane: &Vec<u32>) -> Result<Vec<u32>, String> {
+    fn fork(&self, lane: &Vec<u32>) -> Result<Vec<u32>, Refused> {
         Ok(lane.clone())
     }
     fn vocab_size(&self) -> usize {
@@ -31,18 +37,18 @@ impl Family for Scripted {
     fn max_context(&self) -> usize {
         64
     }
-    fn prefill(&self, lane: &mut Vec<u32>, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
+    fn prefill(&self, lane: &mut Vec<u32>, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, Refused> {
         let _held = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
         lane.extend_from_slice(tokens);
         self.log.lock().unwrap().push(('p', lane[0]));
         Ok(last.then(|| next_logits(lane)))
     }
-    fn decode(&self, lane: &mut Vec<u32>, tokens: &[u32]) -> Result<Vec<Vec<f32>>, String> {
+    fn decode(&self, lane: &mut Vec<u32>, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Refused> {
         let _held = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
         self.log.lock().unwrap().push(('d', lane[0]));
         match tokens[0] {
             11 => std::thread::sleep(std::time::Duration::from_millis(100)),
-            13 => return Err("token 13 is refused".into()),
+            13 => return Err(Refused("token 13 is refused".into())),
             14 => panic!("token 14 breaks the model"),
             _ => {}
         }
@@ -57,7 +63,7 @@ impl Family for Scripted {
         _lane: Option<&Vec<u32>>,
         prompt: &[u32],
         chunks: &[usize],
-    ) -> Result<Option<Vec<usize>>, String> {
+    ) -> Result<Option<Vec<usize>>, Refused> {
         if !self.prefetch {
             self.log.lock().unwrap().push(('n', 0));
             return Ok(None);
@@ -73,14 +79,14 @@ impl Family for Scripted {
         tokens: &[u32],
         last: bool,
         pf: &mut Vec<usize>,
-    ) -> Result<Option<Vec<f32>>, String> {
+    ) -> Result<Option<Vec<f32>>, Refused> {
         if pf.first() != Some(&tokens.len()) {
-            return Err(format!("fetched ahead for {:?}, fed {}", pf.first(), tokens.len()));
+            return Err(Refused(format!("fetched ahead for {:?}, fed {}", pf.first(), tokens.len())));
         }
         pf.remove(0);
         // Token 12 in a chunk stands for a disk read that failed under it (a short read, an I/O error).
         if tokens.contains(&12) {
-            return Err("engram table `layers.1.engram.embed`: short read at byte 4096".into());
+            return Err(Refused("engram table `layers.1.engram.embed`: short read at byte 4096".into()));
         }
         self.log.lock().unwrap().push(('F', tokens.len() as u32));
         self.prefill(lane, tokens, last)
@@ -98,9 +104,9 @@ impl Family for Scripted {
         lane: &mut Vec<u32>,
         tokens: &[u32],
         pf: &mut Vec<usize>,
-    ) -> Result<Vec<Vec<f32>>, String> {
+    ) -> Result<Vec<Vec<f32>>, Refused> {
         if pf[..] != [tokens[0] as usize] {
-            return Err(format!("fetched ahead for {pf:?}, decoding {tokens:?}"));
+            return Err(Refused(format!("fetched ahead for {pf:?}, decoding {tokens:?}")));
         }
         self.log.lock().unwrap().push(('G', tokens[0]));
         self.decode(lane, tokens)
