@@ -47,6 +47,9 @@ pub struct GenerateArgs {
     /// Stop after N generated tokens; EOS stops earlier
     #[arg(long, value_name = "N", default_value_t = 32, allow_negative_numbers = true)]
     pub max_tokens: usize,
+    /// Where the model runs: cpu, cuda or cuda:N
+    #[arg(long, default_value = "cpu", value_parser = |s: &str| s.parse::<Device>())]
+    pub device: Device,
     /// Prefill the prompt N tokens at a time (default: all at once)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true)]
     pub chunk: Option<u64>,
@@ -63,6 +66,10 @@ impl GenerateArgs {
             chunk: self.chunk.map(|c| c as usize),
             replay: !self.load.no_replay,
             engram_from: self.load.engram_from,
+            gpu: match self.device {
+                Device::Cpu => None,
+                Device::Cuda(n) => Some(n),
+            },
         }
     }
 }

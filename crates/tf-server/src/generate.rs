@@ -1,36 +1,11 @@
-//! `tf generate`: greedy decoding of one prompt on the CPU reference model, streamed as text.
+//! `tf generate`: greedy decoding of one prompt through the model family (CPU or one GPU), streamed as text.
 
 use crate::tokenizer::{IncrementalDecoder, Tokenizer};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tf_core::{Error, Result};
-use tf_dsv41::state::SeqState;
-
-/// What greedy generation needs from a model, so the loop can be tested without a checkpoint.
-pub trait Stepper {
-    /// Feeds prompt ids; returns the last row's logits when `last`.
-    fn prefill(&mut self, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>>;
-    /// Feeds one generated id; returns its logits.
-    fn decode(&mut self, token: u32) -> Result<Vec<f32>>;
-}
-
-/// The dsv41 CPU model with one sequence.
-pub struct Dsv41 {
-    pub model: tf_dsv41::Model,
-    pub state: SeqState,
-}
-
-impl Stepper for Dsv41 {
-    fn prefill(&mut self, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>> {
-        self.model.prefill(&mut self.state, tokens, last)
-    }
-
-    fn decode(&mut self, token: u32) -> Result<Vec<f32>> {
-        let mut rows = self.model.decode(&mut self.state, &[token])?;
-        rows.pop().ok_or_else(|| Error::Invalid("decode returned no logits".into()))
-    }
-}
+use tf_family::Family;
 
 pub use tf_core::ops::argmax;
 
@@ -65,9 +40,10 @@ impl fmt::Display for Stats {
     }
 }
 
-/// Prefills `prompt` in chunks of `chunk` ids, then decodes greedily until `eos` or `max_tokens` ids.
-pub fn greedy(
-    m: &mut impl Stepper,
+/// Prefills `prompt` on `lane` in chunks of `chunk` ids, then decodes greedily until `eos` or `max_tokens` ids.
+pub fn greedy<F: Family>(
+    m: &F,
+    lane: &mut F::Lane,
     prompt: &[u32],
     chunk: usize,
     max_tokens: usize,
@@ -82,7 +58,7 @@ pub fn greedy(
     let mut logits = None;
     let n_chunks = prompt.len().div_ceil(chunk);
     for (i, c) in prompt.chunks(chunk).enumerate() {
-        logits = m.prefill(c, i + 1 == n_chunks)?;
+        logits = m.prefill(lane, c, i + 1 == n_chunks).map_err(step_err)?;
     }
     let mut logits = logits.ok_or_else(|| Error::Invalid("prefill returned no logits".into()))?;
     stats.prompt_secs = start.elapsed().as_secs_f64();
@@ -97,11 +73,19 @@ pub fn greedy(
         if stats.generated == max_tokens {
             break;
         }
-        logits = m.decode(id)?;
+        logits = m
+            .decode(lane, &[id])
+            .map_err(step_err)?
+            .pop()
+            .ok_or_else(|| Error::Invalid("decode returned no logits".into()))?;
         stats.decode_steps += 1;
     }
     stats.decode_secs = start.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+fn step_err(e: impl std::error::Error) -> Error {
+    Error::Invalid(e.to_string())
 }
 
 /// The command line of `tf generate`.
@@ -116,27 +100,8 @@ pub struct Args {
     pub replay: bool,
     /// DeepSeek's original checkpoint, for the Engram tables an EXL3 checkpoint lacks.
     pub engram_from: Option<PathBuf>,
-}
-
-/// A model and its tokenizer, loaded from one checkpoint directory.
-pub struct Loaded {
-    pub model: tf_dsv41::Model,
-    pub tokenizer: Tokenizer,
-}
-
-/// Loads `dir`'s model (Engram tables from `engram_from` when given) and `tokenizer.json`, and checks that they agree on the vocabulary.
-pub fn load(dir: &Path, replay: bool, engram_from: Option<&Path>) -> Result<Loaded> {
-    if !dir.is_dir() {
-        return Err(Error::Invalid(format!("{}: not a model directory (no such directory)", dir.display())));
-    }
-    let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
-    let opts = tf_dsv41::Options { replay, ..tf_dsv41::Options::default() }.with_engram_from(engram_from);
-    let model = tf_dsv41::Model::load(dir, opts)?;
-    if tokenizer.vocab_size() > model.cfg.vocab_size {
-        let (t, m) = (tokenizer.vocab_size(), model.cfg.vocab_size);
-        return Err(Error::Invalid(format!("{}: tokenizer has {t} ids but the model only {m}", dir.display())));
-    }
-    Ok(Loaded { model, tokenizer })
+    /// `None`: the CPU reference; `Some(n)`: GPU `n`.
+    pub gpu: Option<usize>,
 }
 
 /// The prompt's ids with BOS first: DeepSeek's template adds none, so it is prepended unless already there.
@@ -151,15 +116,39 @@ pub fn prompt_ids(tok: &Tokenizer, text: &str, bos: u32) -> Result<Vec<u32>> {
 /// Runs `tf generate`, writing text to `out` as it is decoded.
 pub fn run(args: &Args, out: &mut impl std::io::Write) -> Result<Stats, crate::Error> {
     let dir = args.model.clone().map_or_else(crate::http::serve::default_model, Ok)?;
-    let Loaded { model, tokenizer } = load(&dir, args.replay, args.engram_from.as_deref())?;
-    let (bos, eos) = (model.cfg.bos_token_id, model.cfg.eos_token_id);
-    let prompt = prompt_ids(&tokenizer, &args.prompt, bos)?;
+    if !dir.is_dir() {
+        return Err(Error::Invalid(format!("{}: not a model directory (no such directory)", dir.display())).into());
+    }
+    let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
+    let opts = tf_dsv41::Options { replay: args.replay, ..tf_dsv41::Options::default() }
+        .with_engram_from(args.engram_from.as_deref());
+    let model = tf_dsv41::family::Loaded::load(&dir, opts, args.gpu, false)?;
+    let bos = model.bos();
+    match model {
+        tf_dsv41::family::Loaded::Cpu(m) => Ok(go(&*m, &dir, &tokenizer, bos, args, out)?),
+        tf_dsv41::family::Loaded::Cuda(m) => Ok(go(&*m, &dir, &tokenizer, bos, args, out)?),
+    }
+}
+
+/// The greedy loop on a loaded family, with the tokenizer checked against its vocabulary.
+fn go<F: Family>(
+    m: &F,
+    dir: &Path,
+    tokenizer: &Tokenizer,
+    bos: u32,
+    args: &Args,
+    out: &mut impl std::io::Write,
+) -> Result<Stats> {
+    if tokenizer.vocab_size() > m.vocab_size() {
+        let (t, v) = (tokenizer.vocab_size(), m.vocab_size());
+        return Err(Error::Invalid(format!("{}: tokenizer has {t} ids but the model only {v}", dir.display())));
+    }
+    let prompt = prompt_ids(tokenizer, &args.prompt, bos)?;
     let chunk = args.chunk.unwrap_or(prompt.len());
-    let mut detok = IncrementalDecoder::new(&tokenizer, &prompt, true);
-    let state = model.new_state();
-    let mut m = Dsv41 { model, state };
+    let mut detok = IncrementalDecoder::new(tokenizer, &prompt, true);
+    let mut lane = m.new_lane().map_err(step_err)?;
     let stdout_err = |e: std::io::Error| Error::Invalid(format!("writing output: {e}"));
-    let stats = greedy(&mut m, &prompt, chunk, args.max_tokens, eos, |id| {
+    let stats = greedy(m, &mut lane, &prompt, chunk, args.max_tokens, m.eos_token(), |id| {
         let text = detok.push(id)?;
         out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(stdout_err)
     })?;

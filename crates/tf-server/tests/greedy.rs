@@ -1,13 +1,16 @@
 //! The greedy loop and `tf generate`'s flags, on a scripted model with no checkpoint.
 
 use clap::Parser;
-use tf_core::Result;
 use tf_server::cli::{Cli, Command};
-use tf_server::generate::{Args, Stepper, argmax, greedy};
+use tf_server::generate::{Args, argmax, greedy};
 
-/// A model whose next id is fixed by a script; it records the prefill chunks it was fed.
+/// A family whose next id is fixed by a script; its lane records the prefill chunks and decoded ids it was fed.
 struct Script {
     next: Vec<u32>,
+}
+
+#[derive(Default)]
+struct Fed {
     chunks: Vec<(usize, bool)>,
     decoded: Vec<u32>,
 }
@@ -18,26 +21,50 @@ fn one_hot(id: u32) -> Vec<f32> {
     v
 }
 
-impl Stepper for Script {
-    fn prefill(&mut self, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>> {
-        self.chunks.push((tokens.len(), last));
+impl tf_family::Family for Script {
+    type Lane = Fed;
+    type Error = std::io::Error;
+    type Prefetch = ();
+
+    fn new_lane(&self) -> Result<Fed, Self::Error> {
+        Ok(Fed::default())
+    }
+
+    fn fork(&self, _lane: &Fed) -> Result<Fed, Self::Error> {
+        Err(std::io::Error::other("not used by tf generate"))
+    }
+
+    fn vocab_size(&self) -> usize {
+        8
+    }
+
+    fn eos_token(&self) -> u32 {
+        1
+    }
+
+    fn max_context(&self) -> usize {
+        1 << 20
+    }
+
+    fn prefill(&self, lane: &mut Fed, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, Self::Error> {
+        lane.chunks.push((tokens.len(), last));
         Ok(last.then(|| one_hot(self.next[0])))
     }
 
-    fn decode(&mut self, token: u32) -> Result<Vec<f32>> {
-        self.decoded.push(token);
-        Ok(one_hot(self.next[self.decoded.len()]))
+    fn decode(&self, lane: &mut Fed, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Self::Error> {
+        lane.decoded.extend(tokens);
+        Ok(vec![one_hot(self.next[lane.decoded.len()])])
     }
 }
 
-fn script(next: &[u32]) -> Script {
-    Script { next: next.to_vec(), chunks: Vec::new(), decoded: Vec::new() }
+fn script(next: &[u32]) -> (Script, Fed) {
+    (Script { next: next.to_vec() }, Fed::default())
 }
 
-fn run(s: &mut Script, prompt: usize, chunk: usize, max: usize) -> (Vec<u32>, tf_server::generate::Stats) {
+fn run(s: &mut (Script, Fed), prompt: usize, chunk: usize, max: usize) -> (Vec<u32>, tf_server::generate::Stats) {
     let mut out = Vec::new();
     let prompt: Vec<u32> = (0..prompt as u32).collect();
-    let stats = greedy(s, &prompt, chunk, max, 1, |id| {
+    let stats = greedy(&s.0, &mut s.1, &prompt, chunk, max, 1, |id| {
         out.push(id);
         Ok(())
     })
@@ -58,7 +85,7 @@ fn stops_at_eos_without_emitting_it() {
     let mut s = script(&[4, 5, 1, 6]);
     let (out, stats) = run(&mut s, 3, 3, 32);
     assert_eq!(out, [4, 5]);
-    assert_eq!(s.decoded, [4, 5]);
+    assert_eq!(s.1.decoded, [4, 5]);
     assert_eq!((stats.prompt_tokens, stats.generated, stats.decode_steps), (3, 3, 2));
 }
 
@@ -67,7 +94,7 @@ fn stops_at_max_tokens_without_a_wasted_forward() {
     let mut s = script(&[4, 5, 6, 7, 2]);
     let (out, stats) = run(&mut s, 2, 2, 3);
     assert_eq!(out, [4, 5, 6]);
-    assert_eq!(s.decoded, [4, 5]);
+    assert_eq!(s.1.decoded, [4, 5]);
     assert_eq!((stats.generated, stats.decode_steps), (3, 2));
     let mut s = script(&[4]);
     assert_eq!(run(&mut s, 2, 2, 0).0, Vec::<u32>::new());
@@ -77,7 +104,7 @@ fn stops_at_max_tokens_without_a_wasted_forward() {
 fn prefill_is_fed_in_chunks_and_only_the_last_asks_for_logits() {
     let mut s = script(&[1]);
     run(&mut s, 17, 7, 4);
-    assert_eq!(s.chunks, [(7, false), (7, false), (3, true)]);
+    assert_eq!(s.1.chunks, [(7, false), (7, false), (3, true)]);
 }
 
 #[test]
