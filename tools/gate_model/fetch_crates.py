@@ -17,6 +17,7 @@ from data import COPYLEFT, PERMISSIVE, SKIP, crate_licence
 INDEX = "https://index.crates.io"
 STATIC = "https://static.crates.io/crates"
 VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+DOCS = re.compile(r"(?i)(\.(md|markdown|rst|txt)|^readme[^/]*)$")
 UA = {"User-Agent": "TensorFold-rs gate-model data fetch (tools/gate_model/fetch_crates.py)"}
 
 
@@ -45,10 +46,10 @@ def newest(name: str, version: str | None = None) -> dict | None:
 
 
 def fetch(rec: dict, cache: Path) -> Path:
-    """Download the .crate, check the index sha256, extract Cargo.toml, licences and .rs files only."""
+    """Download the .crate, check the index sha256, extract Cargo.toml, licences, .rs files and docs (README, .md/.rst/.txt: data_mix.py's prose)."""
     name, vers = rec["name"], rec["vers"]
     dest = cache / f"{name}-{vers}"
-    if (dest / ".cksum").is_file() and (dest / ".cksum").read_text() == rec["cksum"]:
+    if (dest / ".cksum").is_file() and (dest / ".cksum").read_text() == rec["cksum"] and (dest / ".docs").is_file():
         return dest
     blob = get(f"{STATIC}/{name}/{name}-{vers}.crate")
     got = hashlib.sha256(blob).hexdigest()
@@ -58,12 +59,13 @@ def fetch(rec: dict, cache: Path) -> Path:
             rel = Path(m.name)
             if not m.isfile() or ".." in rel.parts or rel.is_absolute() or len(rel.parts) < 2:
                 continue
-            keep = rel.suffix == ".rs" or (len(rel.parts) == 2 and (rel.name == "Cargo.toml" or rel.name.upper().startswith(("LICENSE", "COPYING"))))
+            keep = rel.suffix == ".rs" or DOCS.search(rel.name) or (len(rel.parts) == 2 and (rel.name == "Cargo.toml" or rel.name.upper().startswith(("LICENSE", "COPYING"))))
             if keep:
                 out = dest / Path(*rel.parts[1:])
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(tf.extractfile(m).read())
     (dest / ".cksum").write_text(rec["cksum"])
+    (dest / ".docs").write_text("")
     return dest
 
 
