@@ -9,11 +9,11 @@ out="${OUT:-/tmp/gm-out}"
 mkdir -p "$out" /tmp/gm
 export PYTHONUNBUFFERED=1
 phase="${TF_PHASE:?TF_PHASE=train1|train2}"
-# The gate config: the small structure at dim 256 (tiny's width) with 16 experts of 256, tied embeddings.
-set_cfg=(max_position_embeddings=8192 hidden_size=256 moe_intermediate_size=256 n_routed_experts=16 tie_word_embeddings=true)
+# The gate config (README "Size"): the small structure at dim 256 with 8 experts of 256, tied embeddings, 28,672 used ids.
+set_cfg=(max_position_embeddings=8192 hidden_size=256 moe_intermediate_size=256 n_routed_experts=8 tie_word_embeddings=true)
 common=(--data data --out /tmp/gm/gate.pt --set "${set_cfg[@]}" --steps 1000000 --time-limit "${TF_TOTAL:-960}"
   --batch "${TF_BATCH:-64}" --seq 512 --lr "${TF_LR:-1.5e-3}" --warmup 100 --eval-every 200 --eval-windows "${TF_EVAL_WINDOWS:-64}"
-  --eval-batch 16 --threads 8 --compile --compile-after 30 --state /tmp/gm/state.pt --stop-after "${TF_STOP:-470}")
+  --eval-batch 16 --threads 8 --compile --compile-after 30 --max-used 28672 --state /tmp/gm/state.pt --stop-after "${TF_STOP:-470}")
 if [[ $phase == train1 ]]; then
   python3 train.py "${common[@]}" 2>&1 | tee "$out/train1.log"
 else

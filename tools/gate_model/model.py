@@ -429,8 +429,10 @@ class Dsv41(nn.Module):
         idx = self.used.nonzero().squeeze(1)
         rest = h @ rb(self.head_rest)
         logits = torch.cat((h @ rb(self.head_rows()[idx]).t(), (rest + math.log(self.cfg.vocab - idx.numel()))[..., None]), -1)
-        pos = torch.cumsum(self.used.long(), 0) - 1
-        return F.cross_entropy(logits.flatten(0, 1), pos[targets].flatten())
+        # An unused target is the rest class, one of `count` equal ids: its NLL is the class's plus log(count).
+        pos = torch.where(self.used, torch.cumsum(self.used.long(), 0) - 1, idx.numel())
+        unused = (~self.used[targets]).float().mean()
+        return F.cross_entropy(logits.flatten(0, 1), pos[targets].flatten()) + unused * math.log(self.cfg.vocab - idx.numel())
 
     def moe_loads(self):
         return [(blk.ffn, blk.ffn.load) for blk in self.layers if blk.ffn.load is not None]

@@ -85,6 +85,7 @@ def main():
     ap.add_argument("--eval-batch", type=int, default=16)
     ap.add_argument("--save-every-eval", action="store_true", help="rewrite the checkpoint at every eval")
     ap.add_argument("--time-limit", type=float, default=0, help="stop after so many seconds (0 = none)")
+    ap.add_argument("--max-used", type=int, default=0, help="keep only the N most frequent ids as used rows (0 = all)")
     ap.add_argument("--state", type=Path, help="full state (weights, AdamW, step, clock) saved here at each eval and at the end")
     ap.add_argument("--resume", action="store_true", help="continue from --state (a second call on the warm machine)")
     ap.add_argument("--stop-after", type=float, default=0, help="this call's seconds of training; --time-limit stays the schedule's total")
@@ -102,7 +103,10 @@ def main():
     train = np.ascontiguousarray(train)
     held = np.ascontiguousarray(np.load(a.data / "heldout.npy"))
     used = torch.zeros(cfg.vocab, dtype=torch.bool)
-    used[torch.from_numpy(np.unique(train).astype(np.int64))] = True
+    ids, counts = np.unique(train, return_counts=True)
+    # The shipped model stores used rows only: --max-used keeps the most frequent ids (README, "Size").
+    keep = ids[np.argsort(-counts, kind="stable")[:a.max_used]] if a.max_used else ids
+    used[torch.from_numpy(keep.astype(np.int64))] = True
     used[[0, 1, 2]] = True
     model = Dsv41(cfg, used)
     if a.init:
