@@ -7,63 +7,22 @@ use tf_family::Family;
 /// Read-ahead depth (chunks) and parts per chunk of a prompt's Engram rows; the shared reader pool grows to the parts (docs/engram-disk.md).
 const ENGRAM_AHEAD: (usize, usize) = (4, 64);
 
-/// What the read-ahead needs from a dsv41 backend: its options, and the Engram hasher and tables it holds.
-trait ReadAheadSource: crate::plan::Backend {
-    fn engram_io(&self) -> Option<tf_engram::IoMode>;
-    fn start(
-        &self,
-        hist: Option<&tf_engram::NgramHistory>,
-        prompt: &[u32],
-        lens: &[usize],
-    ) -> tf_core::Result<Option<crate::model::Prefetch>>;
-}
-
-impl ReadAheadSource for crate::Model {
-    fn engram_io(&self) -> Option<tf_engram::IoMode> {
-        self.opts.engram_io
-    }
-
-    fn start(
-        &self,
-        hist: Option<&tf_engram::NgramHistory>,
-        prompt: &[u32],
-        lens: &[usize],
-    ) -> tf_core::Result<Option<crate::model::Prefetch>> {
-        self.prefetch_after(hist, prompt, lens, ENGRAM_AHEAD)
-    }
-}
-
-impl ReadAheadSource for crate::cuda::GpuModel {
-    fn engram_io(&self) -> Option<tf_engram::IoMode> {
-        self.opts.engram_io
-    }
-
-    fn start(
-        &self,
-        hist: Option<&tf_engram::NgramHistory>,
-        prompt: &[u32],
-        lens: &[usize],
-    ) -> tf_core::Result<Option<crate::model::Prefetch>> {
-        self.prefetch_after(hist, prompt, lens, ENGRAM_AHEAD)
-    }
-}
-
 /// dsv41's read-ahead after a lane's n-gram history (`None`: a fresh lane's); only tables read from disk (`--engram-io mmap|direct`) are fetched, mapped ones are in memory.
-fn dsv41_prefetch<M: ReadAheadSource>(
+fn dsv41_prefetch<M: crate::plan::Backend>(
     m: &M,
     hist: Option<Option<&tf_engram::NgramHistory>>,
     prompt: &[u32],
     chunks: &[usize],
 ) -> Result<Option<crate::model::Prefetch>, Error> {
-    if m.engram_io().is_none() {
+    if m.opts().engram_io.is_none() {
         return Ok(None);
     }
     let fresh = crate::plan::Backend::hasher(m).map(tf_engram::NgramHasher::history);
-    Ok(m.start(hist.unwrap_or(fresh.as_ref()), prompt, chunks)?)
+    Ok(m.prefetch_after(hist.unwrap_or(fresh.as_ref()), prompt, chunks, ENGRAM_AHEAD)?)
 }
 
 /// A decode step's rows as one chunk; a read-ahead that cannot start leaves the step to read its rows itself.
-fn dsv41_prefetch_decode<M: ReadAheadSource>(
+fn dsv41_prefetch_decode<M: crate::plan::Backend>(
     m: &M,
     hist: Option<&tf_engram::NgramHistory>,
     tokens: &[u32],
@@ -71,7 +30,7 @@ fn dsv41_prefetch_decode<M: ReadAheadSource>(
     dsv41_prefetch(m, Some(hist), tokens, &[tokens.len()]).ok().flatten()
 }
 
-/// The read-ahead methods of a dsv41 backend `$m` (a [`ReadAheadSource`]).
+/// The read-ahead methods of a dsv41 backend `$m` (a [`crate::plan::Backend`]).
 macro_rules! dsv41_read_ahead {
     ($m:path) => {
         type Prefetch = crate::model::Prefetch;

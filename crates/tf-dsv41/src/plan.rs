@@ -20,6 +20,30 @@ pub trait Lane {
     fn replay_pending(&self) -> bool;
 }
 
+/// [`Lane`] for a lane type whose fields are `pos`, `engram`, `window_floor` and `replay` (both backends' lanes).
+macro_rules! impl_lane {
+    ($t:ty) => {
+        impl $crate::plan::Lane for $t {
+            fn pos_mut(&mut self) -> &mut usize {
+                &mut self.pos
+            }
+
+            fn engram_history(&mut self) -> Option<&mut tf_engram::NgramHistory> {
+                self.engram.as_mut()
+            }
+
+            fn window_floor_mut(&mut self) -> &mut [usize] {
+                &mut self.window_floor
+            }
+
+            fn replay_pending(&self) -> bool {
+                self.replay.is_some()
+            }
+        }
+    };
+}
+pub(crate) use impl_lane;
+
 /// The ops of the dsv41 forward on one backend; [`prefill`] and [`decode`] call them in the plan's order.
 pub trait Backend {
     type Lane: Lane;
@@ -35,9 +59,20 @@ pub trait Backend {
     type Logits;
 
     fn cfg(&self) -> &Config;
+    fn opts(&self) -> &crate::Options;
     /// Whether the model was loaded with bounded replay.
-    fn replay(&self) -> bool;
+    fn replay(&self) -> bool {
+        self.opts().replay
+    }
     fn hasher(&self) -> Option<&NgramHasher>;
+    /// Starts the Engram read-ahead of `prompt`'s chunks (lengths `lens`) after `hist`; `None` without Engram.
+    fn prefetch_after(
+        &self,
+        hist: Option<&NgramHistory>,
+        prompt: &[u32],
+        lens: &[usize],
+        ahead: (usize, usize),
+    ) -> Result<Option<crate::model::Prefetch>>;
     /// `hc` equal streams of each token's embedding with the one-hot pre-mix of layer 0.
     fn embed(&self, tokens: &[u32]) -> Result<Self::Streams>;
     fn rows(&self, s: &Self::Streams) -> usize;

@@ -12,23 +12,7 @@ fn cuda(e: tf_cuda::Error) -> Error {
     Error::Invalid(format!("cuda: {e}"))
 }
 
-impl plan::Lane for GpuLane {
-    fn pos_mut(&mut self) -> &mut usize {
-        &mut self.pos
-    }
-
-    fn engram_history(&mut self) -> Option<&mut NgramHistory> {
-        self.engram.as_mut()
-    }
-
-    fn window_floor_mut(&mut self) -> &mut [usize] {
-        &mut self.window_floor
-    }
-
-    fn replay_pending(&self) -> bool {
-        self.replay.is_some()
-    }
-}
+plan::impl_lane!(GpuLane);
 
 impl Backend for GpuModel {
     type Lane = GpuLane;
@@ -43,12 +27,22 @@ impl Backend for GpuModel {
         &self.cfg
     }
 
-    fn replay(&self) -> bool {
-        self.opts.replay
+    fn opts(&self) -> &crate::Options {
+        &self.opts
     }
 
     fn hasher(&self) -> Option<&NgramHasher> {
         GpuModel::hasher(self)
+    }
+
+    fn prefetch_after(
+        &self,
+        hist: Option<&NgramHistory>,
+        prompt: &[u32],
+        lens: &[usize],
+        ahead: (usize, usize),
+    ) -> Result<Option<crate::model::Prefetch>> {
+        GpuModel::prefetch_after(self, hist, prompt, lens, ahead)
     }
 
     fn embed(&self, tokens: &[u32]) -> Result<GStreams> {

@@ -8,23 +8,7 @@ use crate::state::{ReplayRows, SeqState};
 use tf_core::{Error, Result, bf16};
 use tf_engram::{ChunkRows, NgramHasher, NgramHistory};
 
-impl plan::Lane for SeqState {
-    fn pos_mut(&mut self) -> &mut usize {
-        &mut self.pos
-    }
-
-    fn engram_history(&mut self) -> Option<&mut NgramHistory> {
-        self.engram.as_mut()
-    }
-
-    fn window_floor_mut(&mut self) -> &mut [usize] {
-        &mut self.window_floor
-    }
-
-    fn replay_pending(&self) -> bool {
-        self.replay.is_some()
-    }
-}
+plan::impl_lane!(SeqState);
 
 impl Backend for Model {
     type Lane = SeqState;
@@ -39,12 +23,22 @@ impl Backend for Model {
         &self.cfg
     }
 
-    fn replay(&self) -> bool {
-        self.opts.replay
+    fn opts(&self) -> &crate::Options {
+        &self.opts
     }
 
     fn hasher(&self) -> Option<&NgramHasher> {
         self.hasher.as_ref()
+    }
+
+    fn prefetch_after(
+        &self,
+        hist: Option<&NgramHistory>,
+        prompt: &[u32],
+        lens: &[usize],
+        ahead: (usize, usize),
+    ) -> Result<Option<crate::model::Prefetch>> {
+        Model::prefetch_after(self, hist, prompt, lens, ahead)
     }
 
     fn embed(&self, tokens: &[u32]) -> Result<Streams> {
