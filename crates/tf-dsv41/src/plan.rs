@@ -65,6 +65,8 @@ pub trait Backend {
         self.opts().replay
     }
     fn hasher(&self) -> Option<&NgramHasher>;
+    /// Each Engram layer's host gate (its table), as `(layer, gate)`.
+    fn engram_gates(&self) -> Vec<(usize, &crate::engram::EngramGate)>;
     /// Starts the Engram read-ahead of `prompt`'s chunks (lengths `lens`) after `hist`; `None` without Engram.
     fn prefetch_after(
         &self,
@@ -72,7 +74,9 @@ pub trait Backend {
         prompt: &[u32],
         lens: &[usize],
         ahead: (usize, usize),
-    ) -> Result<Option<crate::model::Prefetch>>;
+    ) -> Result<Option<crate::model::Prefetch>> {
+        crate::model::prefetch::start(self.hasher(), self.engram_gates().into_iter(), hist, prompt, lens, ahead)
+    }
     /// `hc` equal streams of each token's embedding with the one-hot pre-mix of layer 0.
     fn embed(&self, tokens: &[u32]) -> Result<Self::Streams>;
     fn rows(&self, s: &Self::Streams) -> usize;

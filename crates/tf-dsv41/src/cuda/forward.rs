@@ -6,7 +6,7 @@ use super::weights::Buf;
 use crate::model::Prefetch;
 use crate::plan::{self, Backend, EngramIds};
 use tf_core::{Error, Result};
-use tf_engram::{ChunkRows, NgramHasher, NgramHistory};
+use tf_engram::{ChunkRows, NgramHasher};
 
 fn cuda(e: tf_cuda::Error) -> Error {
     Error::Invalid(format!("cuda: {e}"))
@@ -35,14 +35,8 @@ impl Backend for GpuModel {
         GpuModel::hasher(self)
     }
 
-    fn prefetch_after(
-        &self,
-        hist: Option<&NgramHistory>,
-        prompt: &[u32],
-        lens: &[usize],
-        ahead: (usize, usize),
-    ) -> Result<Option<crate::model::Prefetch>> {
-        GpuModel::prefetch_after(self, hist, prompt, lens, ahead)
+    fn engram_gates(&self) -> Vec<(usize, &crate::engram::EngramGate)> {
+        self.engram_tables.iter().enumerate().filter_map(|(l, g)| g.as_ref().map(|g| (l, g))).collect()
     }
 
     fn embed(&self, tokens: &[u32]) -> Result<GStreams> {

@@ -171,8 +171,7 @@ impl GpuModel {
         lens: &[usize],
         ahead: (usize, usize),
     ) -> tf_core::Result<Option<crate::model::Prefetch>> {
-        let gates = self.engram_tables.iter().enumerate().filter_map(|(l, g)| g.as_ref().map(|g| (l, g)));
-        crate::model::prefetch::start(self.hasher.as_ref(), gates, hist, prompt, lens, ahead)
+        crate::plan::Backend::prefetch_after(self, hist, prompt, lens, ahead)
     }
 
     /// A fresh sequence with its rings and caches on the GPU.

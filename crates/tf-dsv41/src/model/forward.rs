@@ -6,7 +6,7 @@ use crate::linear::rms_norm_rows;
 use crate::plan::{self, Backend, EngramIds};
 use crate::state::{ReplayRows, SeqState};
 use tf_core::{Error, Result, bf16};
-use tf_engram::{ChunkRows, NgramHasher, NgramHistory};
+use tf_engram::{ChunkRows, NgramHasher};
 
 plan::impl_lane!(SeqState);
 
@@ -31,14 +31,8 @@ impl Backend for Model {
         self.hasher.as_ref()
     }
 
-    fn prefetch_after(
-        &self,
-        hist: Option<&NgramHistory>,
-        prompt: &[u32],
-        lens: &[usize],
-        ahead: (usize, usize),
-    ) -> Result<Option<crate::model::Prefetch>> {
-        Model::prefetch_after(self, hist, prompt, lens, ahead)
+    fn engram_gates(&self) -> Vec<(usize, &crate::engram::EngramGate)> {
+        self.blocks.iter().filter_map(|b| b.engram.as_ref().map(|g| (b.role.layer, g))).collect()
     }
 
     fn embed(&self, tokens: &[u32]) -> Result<Streams> {

@@ -92,8 +92,7 @@ impl Model {
         lens: &[usize],
         ahead: (usize, usize),
     ) -> Result<Option<Prefetch>> {
-        let gates = self.blocks.iter().filter_map(|b| b.engram.as_ref().map(|g| (b.role.layer, g)));
-        start(self.hasher.as_ref(), gates, hist, prompt, lens, ahead)
+        crate::plan::Backend::prefetch_after(self, hist, prompt, lens, ahead)
     }
 
     /// [`Model::decode`] of rows whose Engram rows were fetched ahead as one chunk (`prefetch_after(.., &[tokens.len()], ..)`).
