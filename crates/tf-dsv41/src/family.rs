@@ -18,7 +18,7 @@ fn dsv41_prefetch<M: crate::plan::Backend>(
         return Ok(None);
     }
     let fresh = crate::plan::Backend::hasher(m).map(tf_engram::NgramHasher::history);
-    Ok(m.prefetch_after(hist.unwrap_or(fresh.as_ref()), prompt, chunks, ENGRAM_AHEAD)?)
+    m.prefetch_after(hist.unwrap_or(fresh.as_ref()), prompt, chunks, ENGRAM_AHEAD)
 }
 
 /// A decode step's rows as one chunk; a read-ahead that cannot start leaves the step to read its rows itself.
@@ -51,7 +51,7 @@ macro_rules! dsv41_read_ahead {
             last: bool,
             pf: &mut Self::Prefetch,
         ) -> Result<Option<Vec<f32>>, Error> {
-            <$m>::prefill_prefetched(self, lane, tokens, last, pf).map_err(Error::from)
+            <$m>::prefill_prefetched(self, lane, tokens, last, pf)
         }
 
         fn prefetch_decode(&self, lane: &Self::Lane, tokens: &[u32]) -> Option<Self::Prefetch> {
@@ -64,7 +64,7 @@ macro_rules! dsv41_read_ahead {
             tokens: &[u32],
             pf: &mut Self::Prefetch,
         ) -> Result<Vec<Vec<f32>>, Error> {
-            <$m>::decode_prefetched(self, lane, tokens, pf).map_err(Error::from)
+            <$m>::decode_prefetched(self, lane, tokens, pf)
         }
     };
 }
@@ -94,11 +94,11 @@ impl Family for crate::Model {
     }
 
     fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, Error> {
-        crate::Model::prefill(self, lane, tokens, last).map_err(Error::from)
+        crate::Model::prefill(self, lane, tokens, last)
     }
 
     fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
-        crate::Model::decode(self, lane, tokens).map_err(Error::from)
+        crate::Model::decode(self, lane, tokens)
     }
 
     dsv41_read_ahead!(crate::Model);
@@ -129,11 +129,11 @@ impl Family for crate::cuda::GpuModel {
     }
 
     fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, Error> {
-        crate::cuda::GpuModel::prefill(self, lane, tokens, last).map_err(Error::from)
+        crate::cuda::GpuModel::prefill(self, lane, tokens, last)
     }
 
     fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
-        crate::cuda::GpuModel::decode(self, lane, tokens).map_err(Error::from)
+        crate::cuda::GpuModel::decode(self, lane, tokens)
     }
 
     dsv41_read_ahead!(crate::cuda::GpuModel);

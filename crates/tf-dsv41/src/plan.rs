@@ -1,8 +1,12 @@
 //! The dsv41 forward plan written once (issue 22): Engram ids, embedding, blocks with DSpark taps, bounded replay (§7), head; `model/` and `cuda/` implement [`Backend`].
 
 use crate::Config;
+use crate::Error;
 use std::ops::Range;
-use tf_core::{Error, Result};
+use tf_core::Error as CoreError;
+
+/// The plan's result: tf-dsv41's error, each backend's cause kept whole.
+pub type Result<T> = std::result::Result<T, Error>;
 use tf_engram::{ChunkRows, NgramHasher, NgramHistory};
 
 /// Engram ids per Engram layer, per row: `ids[k][row]`.
@@ -75,7 +79,7 @@ pub trait Backend {
         lens: &[usize],
         ahead: (usize, usize),
     ) -> Result<Option<crate::model::Prefetch>> {
-        crate::model::prefetch::start(self.hasher(), self.engram_gates().into_iter(), hist, prompt, lens, ahead)
+        Ok(crate::model::prefetch::start(self.hasher(), self.engram_gates().into_iter(), hist, prompt, lens, ahead)?)
     }
     /// `hc` equal streams of each token's embedding with the one-hot pre-mix of layer 0.
     fn embed(&self, tokens: &[u32]) -> Result<Self::Streams>;
@@ -123,7 +127,9 @@ pub trait Backend {
 
 fn check_tokens(cfg: &Config, tokens: &[u32]) -> Result<()> {
     match tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-        Some(t) => Err(Error::Invalid(format!("token id {t} is outside the vocabulary of {}", cfg.vocab_size))),
+        Some(t) => {
+            Err(CoreError::Invalid(format!("token id {t} is outside the vocabulary of {}", cfg.vocab_size)).into())
+        }
         None => Ok(()),
     }
 }
@@ -131,7 +137,7 @@ fn check_tokens(cfg: &Config, tokens: &[u32]) -> Result<()> {
 /// Engram ids of `tokens`, per Engram layer and row, advancing the lane's n-gram history.
 pub fn engram_ids<B: Backend>(b: &B, lane: &mut B::Lane, tokens: &[u32]) -> Result<EngramIds> {
     let (Some(h), Some(hist)) = (b.hasher(), lane.engram_history()) else { return Ok(Vec::new()) };
-    let ids = h.hash_tokens(hist, tokens, None).map_err(|e| Error::Invalid(format!("engram: {e}")))?;
+    let ids = h.hash_tokens(hist, tokens, None).map_err(|e| CoreError::Invalid(format!("engram: {e}")))?;
     let n = h.layout().n_layers();
     Ok((0..n).map(|l| (0..tokens.len()).map(|t| ids.at(l, t).to_vec()).collect()).collect())
 }
@@ -172,7 +178,7 @@ pub fn prefill<B: Backend>(
     ahead: &[ChunkRows],
 ) -> Result<Option<Vec<f32>>> {
     if tokens.is_empty() {
-        return Err(Error::Invalid("prefill of an empty chunk".into()));
+        return Err(CoreError::Invalid("prefill of an empty chunk".into()).into());
     }
     check_tokens(b.cfg(), tokens)?;
     let pos0 = *lane.pos_mut();
@@ -211,10 +217,10 @@ fn last_row<B: Backend>(b: &B, s: &B::Streams) -> Result<Vec<f32>> {
 /// Runs rows after the prompt (one decode token, or a few verify rows) through every layer; logits per row.
 pub fn decode<B: Backend>(b: &B, lane: &mut B::Lane, tokens: &[u32], ahead: &[ChunkRows]) -> Result<Vec<Vec<f32>>> {
     if lane.replay_pending() {
-        return Err(Error::Invalid("decode before the prompt's last chunk was prefilled".into()));
+        return Err(CoreError::Invalid("decode before the prompt's last chunk was prefilled".into()).into());
     }
     if tokens.is_empty() {
-        return Err(Error::Invalid("decode of no tokens".into()));
+        return Err(CoreError::Invalid("decode of no tokens".into()).into());
     }
     check_tokens(b.cfg(), tokens)?;
     let pos0 = *lane.pos_mut();

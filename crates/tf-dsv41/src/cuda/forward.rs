@@ -4,13 +4,9 @@ use super::lane::{GReplay, GpuLane, copy};
 use super::model::{Call, GStreams, GpuModel, Shared, unlocked};
 use super::weights::Buf;
 use crate::model::Prefetch;
+use crate::plan::Result;
 use crate::plan::{self, Backend, EngramIds};
-use tf_core::{Error, Result};
 use tf_engram::{ChunkRows, NgramHasher};
-
-fn cuda(e: tf_cuda::Error) -> Error {
-    Error::Invalid(format!("cuda: {e}"))
-}
 
 plan::impl_lane!(GpuLane);
 
@@ -49,7 +45,7 @@ impl Backend for GpuModel {
 
     // The RoPE tables depend only on the rows' positions: built and uploaded once per run, not per layer.
     fn begin(&self, lane: &GpuLane, range: std::ops::Range<usize>, pos0: usize, rows: usize) -> Result<Call> {
-        self.call(pos0, rows, &lane.window_floor[range]).map_err(cuda)
+        Ok(self.call(pos0, rows, &lane.window_floor[range])?)
     }
 
     fn engram(
@@ -76,20 +72,20 @@ impl Backend for GpuModel {
         shared: &mut Shared,
     ) -> Result<()> {
         call.run_compressor = run_compressor;
-        GpuModel::block(self, &self.blocks[layer], s, call, lane, shared).map_err(cuda)
+        Ok(GpuModel::block(self, &self.blocks[layer], s, call, lane, shared)?)
     }
 
     fn compress_source(&self, layer: usize, s: &GStreams, pos0: usize, lane: &mut GpuLane) -> Result<()> {
         let b = &self.blocks[layer];
         if b.role.is_kv_source {
-            let a_in = self.attn_input(b, s).map_err(cuda)?;
-            self.compress_rows(&b.attn, &b.role, &a_in, pos0, s.rows, lane).map_err(cuda)?;
+            let a_in = self.attn_input(b, s)?;
+            self.compress_rows(&b.attn, &b.role, &a_in, pos0, s.rows, lane)?;
         }
         Ok(())
     }
 
     fn buffer_replay(&self, lane: &mut GpuLane, pos0: usize, s: GStreams, ids: EngramIds) -> Result<()> {
-        self.buffer_rows(lane, pos0, s, ids).map_err(cuda)
+        Ok(self.buffer_rows(lane, pos0, s, ids)?)
     }
 
     fn take_replay(&self, lane: &mut GpuLane) -> Option<(usize, GStreams, EngramIds)> {
@@ -100,7 +96,7 @@ impl Backend for GpuModel {
 
     fn head(&self, s: &GStreams, last_only: bool) -> Result<Buf> {
         if !last_only {
-            return self.head_rows(s).map_err(cuda);
+            return Ok(self.head_rows(s)?);
         }
         let cfg = self.cfg();
         let (xw, mw) = (cfg.hc_mult * cfg.dim * 2, (2 + cfg.hc_mult) * cfg.hc_mult * 4);
@@ -110,15 +106,15 @@ impl Backend for GpuModel {
             copy(self.gpu, &s.mix, (s.rows - 1) * mw, &mut mix, 0, mw)?;
             self.head_rows(&GStreams { x, mix, rows: 1 })
         };
-        last().map_err(cuda)
+        Ok(last()?)
     }
 
     fn host_logits(&self, l: Buf) -> Result<Vec<Vec<f32>>> {
-        self.split_logits(&l).map_err(cuda)
+        Ok(self.split_logits(&l)?)
     }
 
     fn decode_step<R>(&self, rows: usize, step: impl FnOnce() -> Result<R>) -> Result<R> {
-        if self.graph_step(rows) { self.gpu.replay(rows as u64, step).map_err(cuda)? } else { step() }
+        if self.graph_step(rows) { self.gpu.replay(rows as u64, step)? } else { step() }
     }
 }
 

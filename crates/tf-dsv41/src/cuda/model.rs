@@ -89,10 +89,6 @@ pub(crate) fn unlocked<T>(m: &parking_lot::Mutex<T>) -> parking_lot::MutexGuard<
 }
 
 /// The forward's steps still return tf-core's error (until the one forward plan returns `crate::Error`).
-fn cuda_err(e: Error) -> tf_core::Error {
-    tf_core::Error::Invalid(format!("cuda: {e}"))
-}
-
 impl GpuModel {
     /// Loads a checkpoint on the CPU, then uploads every backbone weight to `gpu`.
     pub fn load(dir: &Path, opts: Options, gpu: &'static Gpu) -> Result<GpuModel, crate::Error> {
@@ -170,7 +166,7 @@ impl GpuModel {
         prompt: &[u32],
         lens: &[usize],
         ahead: (usize, usize),
-    ) -> tf_core::Result<Option<crate::model::Prefetch>> {
+    ) -> crate::plan::Result<Option<crate::model::Prefetch>> {
         crate::plan::Backend::prefetch_after(self, hist, prompt, lens, ahead)
     }
 
@@ -224,13 +220,11 @@ impl GpuModel {
     }
 
     /// Embeds token ids into `hc` equal streams with the one-hot pre-mix; ids are checked against the vocab first.
-    pub(crate) fn embed_rows(&self, tokens: &[u32]) -> tf_core::Result<GStreams> {
+    pub(crate) fn embed_rows(&self, tokens: &[u32]) -> crate::plan::Result<GStreams> {
         let cfg = self.cfg();
         if let Some(t) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-            return Err(tf_core::Error::Invalid(format!(
-                "token id {t} is outside the vocabulary of {}",
-                cfg.vocab_size
-            )));
+            let msg = format!("token id {t} is outside the vocabulary of {}", cfg.vocab_size);
+            return Err(tf_core::Error::Invalid(msg).into());
         }
         let (hc, dim, rows) = (cfg.hc_mult, cfg.dim, tokens.len());
         let run = || -> Result<GStreams, Error> {
@@ -243,7 +237,7 @@ impl GpuModel {
             mix.chunks_exact_mut(width).for_each(|m| m[0] = 1.0);
             Ok(GStreams { x, mix: self.gpu.upload(&mix)?, rows })
         };
-        run().map_err(cuda_err)
+        Ok(run()?)
     }
 
     /// f32 logits of every row of the streams (`head(norm(hc_pre(X, pre)))`), on the GPU.
@@ -274,14 +268,14 @@ impl GpuModel {
         s: &mut GStreams,
         ids: Option<&[Vec<u64>]>,
         ahead: Option<&tf_engram::ChunkRows>,
-    ) -> tf_core::Result<()> {
+    ) -> crate::plan::Result<()> {
         let cpu = self.engram_tables.get(b.role.layer).and_then(Option::as_ref);
         let (Some(g), Some(ids), Some(cpu)) = (&b.engram, ids, cpu) else {
             return Ok(());
         };
         let cfg = self.cfg();
         let width = ids[0].len() * cpu.table.dim();
-        let mut staged = self.engram_staging.stage(self.gpu, s.rows * width * 2).map_err(cuda_err)?;
+        let mut staged = self.engram_staging.stage(self.gpu, s.rows * width * 2)?;
         cpu.gather_rows_into(ids, ahead, bytemuck::cast_slice_mut(staged.bytes()))?;
         let run = || -> Result<(), Error> {
             let ed = staged.upload()?;
@@ -295,7 +289,7 @@ impl GpuModel {
                 cfg.norm_eps,
             )
         };
-        run().map_err(cuda_err)
+        Ok(run()?)
     }
 
     /// Attention then MoE between hc collapse and expand, on `s` in place (the CPU's `Block::forward`).

@@ -6,17 +6,14 @@ use crate::attn::{AttnCall, Shared};
 use crate::linear::rms_norm_rows;
 use crate::mhc::HcMix;
 use crate::model::{BlockCall, Streams};
-use tf_core::{Error, Result, bf16};
+use crate::plan::Result;
+use tf_core::bf16;
 
 /// One compared step: its name and `max |gpu − cpu| / rms(cpu)` (infinite when the GPU gave NaN).
 #[derive(Clone, Debug)]
 pub struct ProbeRow {
     pub step: String,
     pub diff: f64,
-}
-
-fn cuda(e: tf_cuda::Error) -> Error {
-    Error::Invalid(format!("cuda: {e}"))
 }
 
 fn diff(g: &[f32], c: &[f32]) -> f64 {
@@ -37,11 +34,11 @@ fn flat(m: &[HcMix]) -> Vec<f32> {
 
 impl GpuModel {
     fn up(&self, v: &[bf16]) -> Result<Buf> {
-        self.gpu.upload(&v.iter().map(|b| b.to_bits()).collect::<Vec<u16>>()).map_err(cuda)
+        Ok(self.gpu.upload(&v.iter().map(|b| b.to_bits()).collect::<Vec<u16>>())?)
     }
 
     fn down(&self, b: &Buf) -> Result<Vec<f32>> {
-        let bits: Vec<u16> = self.gpu.download(b).map_err(cuda)?;
+        let bits: Vec<u16> = self.gpu.download(b)?;
         Ok(bits.into_iter().map(|b| bf16::from_bits(b).to_f32()).collect())
     }
 
@@ -53,7 +50,7 @@ impl GpuModel {
         for (m, p) in mix.chunks_exact_mut(width).zip(&s.pre) {
             m[..hc].copy_from_slice(p);
         }
-        Ok(GStreams { x: self.up(&s.x)?, mix: self.gpu.upload(&mix).map_err(cuda)?, rows: s.pre.len() })
+        Ok(GStreams { x: self.up(&s.x)?, mix: self.gpu.upload(&mix)?, rows: s.pre.len() })
     }
 
     /// One prompt chunk at position 0 without replay: every step of every block, the GPU from `cpu`'s inputs (the same checkpoint loaded on the host).
@@ -62,11 +59,11 @@ impl GpuModel {
         let (hc, dim, norm, rows) = (cfg.hc_mult, cfg.dim, cfg.norm(), tokens.len());
         let (iters, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.hc_eps);
         let mut st = cpu.new_state();
-        let mut lane = self.new_lane().map_err(cuda)?;
+        let mut lane = self.new_lane()?;
         let ids = crate::plan::engram_ids(cpu, &mut st, tokens)?;
         let mut s = cpu.embed_rows(tokens)?;
         let (mut shared, mut gshared) = (Shared::default(), GShared::default());
-        let call = self.call(0, rows, &lane.window_floor).map_err(cuda)?;
+        let call = self.call(0, rows, &lane.window_floor)?;
         let mut out = Vec::new();
         let mut row = |step: String, g: Vec<f32>, c: &[f32]| out.push(ProbeRow { step, diff: diff(&g, c) });
         for (b, gb) in cpu.blocks.iter().zip(&self.blocks) {
@@ -90,10 +87,10 @@ impl GpuModel {
             }
             let gs = self.up_streams(&s)?;
             let mix_a = b.hc_attn.mixes(&s.x, rows, hc, iters, norm, hc_eps);
-            let gmix = self.mixes(&gb.hc_attn, &gs.x, rows).map_err(cuda)?;
-            row(format!("L{l} hc_attn mixes"), self.gpu.download(&gmix).map_err(cuda)?, &flat(&mix_a));
+            let gmix = self.mixes(&gb.hc_attn, &gs.x, rows)?;
+            row(format!("L{l} hc_attn mixes"), self.gpu.download(&gmix)?, &flat(&mix_a));
             let a_in = b.attn_input(&s, &cfg);
-            row(format!("L{l} attn_input"), self.down(&self.attn_input(gb, &gs).map_err(cuda)?)?, &f32s(&a_in));
+            row(format!("L{l} attn_input"), self.down(&self.attn_input(gb, &gs)?)?, &f32s(&a_in));
             let acall = AttnCall {
                 role: &b.role,
                 rope: bcall.rope,
@@ -102,8 +99,7 @@ impl GpuModel {
                 run_compressor: true,
                 quirks: cpu.opts.quirks,
             };
-            let ga =
-                self.attention(&gb.attn, &gb.role, &self.up(&a_in)?, &call, &mut lane, &mut gshared).map_err(cuda)?;
+            let ga = self.attention(&gb.attn, &gb.role, &self.up(&a_in)?, &call, &mut lane, &mut gshared)?;
             let a = b.attn.forward(&a_in, &acall, &mut st, &mut shared);
             row(format!("L{l} attention"), self.down(&ga)?, &f32s(&a));
             let width = hc * dim;
@@ -117,14 +113,10 @@ impl GpuModel {
                 .collect();
             let normed = rms_norm_rows(&f_pre, &b.ffn_norm, norm);
             let f = b.ffn.forward(&normed, rows);
-            row(
-                format!("L{l} moe"),
-                self.down(&self.moe(&gb.ffn, &self.up(&normed)?, rows).map_err(cuda)?)?,
-                &f32s(&f),
-            );
+            row(format!("L{l} moe"), self.down(&self.moe(&gb.ffn, &self.up(&normed)?, rows)?)?, &f32s(&f));
             let mix_f = b.hc_ffn.mixes(&x, rows, hc, iters, norm, hc_eps);
-            let gmf = self.mixes(&gb.hc_ffn, &self.up(&x)?, rows).map_err(cuda)?;
-            row(format!("L{l} hc_ffn mixes"), self.gpu.download(&gmf).map_err(cuda)?, &flat(&mix_f));
+            let gmf = self.mixes(&gb.hc_ffn, &self.up(&x)?, rows)?;
+            row(format!("L{l} hc_ffn mixes"), self.gpu.download(&gmf)?, &flat(&mix_f));
             s.x = (0..rows)
                 .flat_map(|r| {
                     crate::mhc::hc_post(&f[r * dim..(r + 1) * dim], &x[r * width..(r + 1) * width], &mix_f[r], dim)
@@ -133,7 +125,7 @@ impl GpuModel {
             s.pre = mix_f.into_iter().map(|m| m.pre).collect();
         }
         let want: Vec<f32> = cpu.logits(&s).concat();
-        row("logits".into(), self.logits(&self.up_streams(&s)?).map_err(cuda)?.concat(), &want);
+        row("logits".into(), self.logits(&self.up_streams(&s)?)?.concat(), &want);
         Ok(out)
     }
 }

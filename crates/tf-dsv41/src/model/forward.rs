@@ -3,9 +3,10 @@
 use super::{Block, BlockCall, Model, Streams};
 use crate::attn::Shared;
 use crate::linear::rms_norm_rows;
+use crate::plan::Result;
 use crate::plan::{self, Backend, EngramIds};
 use crate::state::{ReplayRows, SeqState};
-use tf_core::{Error, Result, bf16};
+use tf_core::{Error, bf16};
 use tf_engram::{ChunkRows, NgramHasher};
 
 plan::impl_lane!(SeqState);
@@ -36,7 +37,7 @@ impl Backend for Model {
     }
 
     fn embed(&self, tokens: &[u32]) -> Result<Streams> {
-        self.embed_rows(tokens)
+        Ok(self.embed_rows(tokens)?)
     }
 
     fn rows(&self, s: &Streams) -> usize {
@@ -49,7 +50,7 @@ impl Backend for Model {
 
     fn engram(&self, layer: usize, s: &mut Streams, ids: Option<&[Vec<u64>]>, ahead: Option<&ChunkRows>) -> Result<()> {
         let b = &self.blocks[layer];
-        b.apply_engram(s, &self.block_call(b, 0, true, ids, ahead))
+        Ok(b.apply_engram(s, &self.block_call(b, 0, true, ids, ahead))?)
     }
 
     fn tap(&self, s: &Streams) -> Option<Vec<bf16>> {
@@ -119,7 +120,7 @@ impl Backend for Model {
 
 impl Model {
     /// Embeds tokens into `hc` equal streams with the one-hot pre-mix of layer 0.
-    pub(crate) fn embed_rows(&self, tokens: &[u32]) -> Result<Streams> {
+    pub(crate) fn embed_rows(&self, tokens: &[u32]) -> tf_core::Result<Streams> {
         let (hc, dim) = (self.cfg.hc_mult, self.cfg.dim);
         let bytes = self.embed.bytes();
         let mut x = Vec::with_capacity(tokens.len() * hc * dim);

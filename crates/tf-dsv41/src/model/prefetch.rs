@@ -65,9 +65,9 @@ impl Model {
         prompt: &[u32],
         chunk: usize,
         ahead: (usize, usize),
-    ) -> Result<Option<Prefetch>> {
+    ) -> crate::plan::Result<Option<Prefetch>> {
         if chunk == 0 {
-            return Err(Error::Invalid("prefetch needs a chunk size".into()));
+            return Err(Error::Invalid("prefetch needs a chunk size".into()).into());
         }
         let lens: Vec<usize> = (0..prompt.len()).step_by(chunk).map(|s| chunk.min(prompt.len() - s)).collect();
         self.prefetch_chunks(st, prompt, &lens, ahead)
@@ -80,7 +80,7 @@ impl Model {
         prompt: &[u32],
         lens: &[usize],
         ahead: (usize, usize),
-    ) -> Result<Option<Prefetch>> {
+    ) -> crate::plan::Result<Option<Prefetch>> {
         self.prefetch_after(st.engram.as_ref(), prompt, lens, ahead)
     }
 
@@ -91,12 +91,17 @@ impl Model {
         prompt: &[u32],
         lens: &[usize],
         ahead: (usize, usize),
-    ) -> Result<Option<Prefetch>> {
+    ) -> crate::plan::Result<Option<Prefetch>> {
         crate::plan::Backend::prefetch_after(self, hist, prompt, lens, ahead)
     }
 
     /// [`Model::decode`] of rows whose Engram rows were fetched ahead as one chunk (`prefetch_after(.., &[tokens.len()], ..)`).
-    pub fn decode_prefetched(&self, st: &mut SeqState, tokens: &[u32], pf: &mut Prefetch) -> Result<Vec<Vec<f32>>> {
+    pub fn decode_prefetched(
+        &self,
+        st: &mut SeqState,
+        tokens: &[u32],
+        pf: &mut Prefetch,
+    ) -> crate::plan::Result<Vec<Vec<f32>>> {
         let ahead = pf.next_chunk(tokens.len())?;
         self.decode_with(st, tokens, &ahead)
     }
@@ -108,7 +113,7 @@ impl Model {
         tokens: &[u32],
         last: bool,
         pf: &mut Prefetch,
-    ) -> Result<Option<Vec<f32>>> {
+    ) -> crate::plan::Result<Option<Vec<f32>>> {
         let ahead = pf.next_chunk(tokens.len())?;
         self.prefill_with(st, tokens, last, &ahead)
     }
