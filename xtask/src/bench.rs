@@ -1,4 +1,4 @@
-//! `cargo xtask bench cpu|gpu|decode|exl3|engram|engram-reuse`: the benchmarks whose ratios docs/bench.md and docs/perf.md report.
+//! `cargo xtask bench cpu|gpu|decode|exl3|engram|engram-reuse|openai`: the benchmarks whose ratios docs/bench.md and docs/perf.md report.
 
 use std::process::{Command, ExitCode};
 
@@ -41,7 +41,12 @@ pub fn run(args: &[String]) -> ExitCode {
         Some("exl3") => gpu("scripts/gpu-check.sh", &[("TF_CHECKS", "tf-exl3-gpu-check")]),
         Some("engram") => crate::bench_engram::run(&args[1..]),
         Some("engram-reuse") => crate::bench_engram_reuse::run(&args[1..]),
-        _ => return crate::usage_error("bench needs `cpu`, `gpu`, `decode`, `exl3`, `engram` or `engram-reuse`"),
+        Some("openai" | "concurrent") => crate::bench_openai::run(&args[1..]),
+        _ => {
+            return crate::usage_error(
+                "bench needs `cpu`, `gpu`, `decode`, `exl3`, `engram`, `engram-reuse` or `openai`",
+            );
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

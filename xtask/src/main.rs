@@ -3,6 +3,9 @@
 mod bench;
 mod bench_engram;
 mod bench_engram_reuse;
+mod bench_openai;
+mod bench_openai_http;
+mod bench_openai_prompts;
 mod gate;
 mod gate_model;
 mod gate_stats;
@@ -18,6 +21,8 @@ usage: cargo xtask <command> [options]
 commands:
   bench cpu [criterion args] | bench gpu | bench engram [--size-gb G ...] | bench engram-reuse [PATH ...]
       cpu: the matmul, qgemm and fp4 benchmarks; gpu: build gpu-carry/ and run (or explain) scripts/gpu-check.sh
+  bench openai [--url URL] [--prompt-tokens 2048,8192] [--concurrency 1,2,4,8] [--kinds prose,code,structured] [--out FILE] ...
+      TTFT, prefill and decode tok/s with p50/p90/p99 against any OpenAI-compatible server (`bench openai --help`)
   gate --candidate SWITCHES [--model DIR] [--device cpu|cuda[:N]] [--prompts FILE] [--thresholds FILE]
        [--prefill-frac F] [--window N] [--max-positions N] [--out FILE] [--dump-ids FILE]
       the exact path and a candidate (exact, wide-sums, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs)

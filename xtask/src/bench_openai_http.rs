@@ -1,0 +1,119 @@
+//! The HTTP side of `bench openai`: the model id, `/tokenize`, and one streamed request timed chunk by chunk.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+/// One server: its base URL, the optional API key, and an agent whose 4xx/5xx replies are read, not raised.
+#[derive(Clone)]
+pub struct Client {
+    pub base: String,
+    key: Option<String>,
+    agent: ureq::Agent,
+}
+
+/// What one streamed request measured; times in seconds from just before it was sent.
+#[derive(Clone, Debug, Default)]
+pub struct Timing {
+    pub ttft_s: f64,
+    pub last_s: f64,
+    pub e2e_s: f64,
+    pub chunks: u64,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub error: Option<String>,
+}
+
+impl Client {
+    pub fn new(base: &str, key: Option<String>, timeout: Duration) -> Self {
+        let agent =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into();
+        Self { base: base.trim_end_matches('/').to_owned(), key, agent }
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Result<ureq::http::Response<ureq::Body>, String> {
+        let mut req = self.agent.post(&format!("{}{path}", self.base)).header("content-type", "application/json");
+        if let Some(k) = &self.key {
+            req = req.header("authorization", &format!("Bearer {k}"));
+        }
+        req.send(body.to_string().as_bytes()).map_err(|e| format!("POST {path}: {e}"))
+    }
+
+    /// The first model `/v1/models` lists.
+    pub fn model_id(&self) -> Result<String, String> {
+        let mut req = self.agent.get(&format!("{}/v1/models", self.base));
+        if let Some(k) = &self.key {
+            req = req.header("authorization", &format!("Bearer {k}"));
+        }
+        let mut r = req.call().map_err(|e| format!("GET /v1/models: {e}"))?;
+        let text = r.body_mut().read_to_string().map_err(|e| format!("GET /v1/models: {e}"))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| format!("GET /v1/models: {e}: {text}"))?;
+        v["data"][0]["id"].as_str().map(String::from).ok_or_else(|| format!("GET /v1/models lists no model: {text}"))
+    }
+
+    /// The token count of `text` from `/tokenize` (ours and vLLM's shape), or `None` when the server has none.
+    pub fn count_tokens(&self, model: &str, text: &str) -> Option<u64> {
+        let mut r = self.post("/tokenize", &json!({"model": model, "prompt": text})).ok()?;
+        if r.status().as_u16() != 200 {
+            return None;
+        }
+        let v: Value = serde_json::from_str(&r.body_mut().read_to_string().ok()?).ok()?;
+        v["count"].as_u64().or_else(|| v["tokens"].as_array().map(|t| t.len() as u64))
+    }
+
+    /// Sends one streamed request and times its chunks; a failure lands in `error` with the times so far.
+    pub fn stream(&self, path: &str, body: &Value) -> Timing {
+        let t0 = Instant::now();
+        let mut t = Timing::default();
+        if let Err(e) = self.read_stream(path, body, t0, &mut t) {
+            t.error = Some(e);
+        }
+        t.e2e_s = t0.elapsed().as_secs_f64();
+        t
+    }
+
+    fn read_stream(&self, path: &str, body: &Value, t0: Instant, t: &mut Timing) -> Result<(), String> {
+        let mut r = self.post(path, body)?;
+        if r.status().as_u16() != 200 {
+            let status = r.status().as_u16();
+            let text = r.body_mut().read_to_string().unwrap_or_default();
+            return Err(format!("HTTP {status}: {}", text.chars().take(300).collect::<String>()));
+        }
+        let mut lines = BufReader::new(r.body_mut().as_reader());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if lines.read_line(&mut line).map_err(|e| format!("reading the stream: {e}"))? == 0 {
+                return Err("the stream ended without [DONE]".into());
+            }
+            let Some(data) = line.trim_end().strip_prefix("data:").map(str::trim_start) else { continue };
+            if data == "[DONE]" {
+                return Ok(());
+            }
+            let v: Value = serde_json::from_str(data).map_err(|e| format!("bad SSE chunk ({e}): {data}"))?;
+            if !v["error"].is_null() {
+                return Err(format!("error chunk: {}", v["error"]));
+            }
+            if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+                t.prompt_tokens = u["prompt_tokens"].as_u64();
+                t.completion_tokens = u["completion_tokens"].as_u64();
+            }
+            if v["choices"].as_array().is_some_and(|cs| cs.iter().any(has_text)) {
+                let now = t0.elapsed().as_secs_f64();
+                if t.chunks == 0 {
+                    t.ttft_s = now;
+                }
+                t.last_s = now;
+                t.chunks += 1;
+            }
+        }
+    }
+}
+
+/// Whether a choice carries generated text: completions' `text`, chat's content or reasoning.
+fn has_text(c: &Value) -> bool {
+    let d = &c["delta"];
+    [&c["text"], &d["content"], &d["reasoning_content"], &d["reasoning"]]
+        .iter()
+        .any(|s| s.as_str().is_some_and(|s| !s.is_empty()))
+}

@@ -1,0 +1,81 @@
+//! `cargo xtask bench openai` against our own server on the tiny model: the receipt's shape and sane numbers.
+
+use serde_json::Value;
+use std::collections::HashSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tf_server::http::serve::{ServeConfig, serve_on};
+
+/// Serves the tiny model on a free loopback port (as tf-server's tests do) and waits for `/health`.
+fn serve(dir: &std::path::Path) -> String {
+    tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, dir).unwrap();
+    let cfg = ServeConfig { model_dir: Some(dir.to_path_buf()), ..ServeConfig::default() };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            serve_on(l, cfg).await.unwrap();
+        });
+    });
+    let base = format!("http://{}", rx.recv().unwrap());
+    let t = Instant::now();
+    while ureq::get(&format!("{base}/health")).call().map(|r| r.status().as_u16()).unwrap_or(0) != 200 {
+        assert!(t.elapsed() < Duration::from_secs(60), "server never became healthy");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    base
+}
+
+#[test]
+fn bench_openai_measures_every_cell_against_our_server() {
+    let d = tempfile::tempdir().unwrap();
+    let base = serve(&d.path().join("tiny-model"));
+    let out = d.path().join("receipt.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["bench", "openai", "--url", &base, "--prompt-tokens", "64", "--concurrency", "1,2"])
+        .args(["--kinds", "prose,structured", "--max-tokens", "4", "--requests-per-stream", "2"])
+        .args(["--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    eprintln!("{log}");
+    assert!(o.status.success(), "{log}");
+    assert!(log.contains("| kind | prompt tok | c |") && log.contains("[cell 4/4]"), "table and progress: {log}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(r["model"], "tiny-model");
+    assert_eq!(r["url"], base.as_str());
+    assert!(r["prompt_sizing"].as_str().unwrap().contains("/tokenize"), "{}", r["prompt_sizing"]);
+    assert!(r["command"].as_str().unwrap().starts_with("cargo xtask bench openai --url"));
+    let cells = r["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "2 kinds × 1 length × 2 concurrencies");
+    for cell in cells {
+        let c = cell["concurrency"].as_u64().unwrap() as usize;
+        let raw = cell["raw"].as_array().unwrap();
+        assert_eq!((raw.len(), cell["errors"].as_u64()), (2 * c, Some(0)), "{cell}");
+        let streams: HashSet<u64> = raw.iter().map(|s| s["stream"].as_u64().unwrap()).collect();
+        assert_eq!(streams.len(), c, "{c} streams ran");
+        let prompts: HashSet<&str> = raw.iter().map(|s| s["prompt_sha256_16"].as_str().unwrap()).collect();
+        assert_eq!(prompts.len(), raw.len(), "every request has its own prompt");
+        for s in raw {
+            let counted = s["prompt_tokens_counted"].as_u64().unwrap();
+            assert!((60..=68).contains(&counted), "sized near 64 tokens: {s}");
+            assert!(s["prompt_tokens"].as_u64().unwrap() >= counted, "usage counts the whole prompt: {s}");
+            assert_eq!(s["completion_tokens"].as_u64(), Some(4), "max_tokens 4: {s}");
+            assert_eq!(s["content_chunks"], s["completion_tokens"], "one chunk per token: {s}");
+            let (ttft, last, e2e) =
+                (s["ttft_s"].as_f64().unwrap(), s["last_token_s"].as_f64().unwrap(), s["e2e_s"].as_f64().unwrap());
+            assert!(0.0 < ttft && ttft < last && last <= e2e, "{s}");
+            assert!(s["prefill_tok_s"].as_f64().unwrap() > 0.0 && s["decode_tok_s"].as_f64().unwrap() > 0.0, "{s}");
+        }
+        for key in ["ttft_s", "prefill_tok_s", "decode_tok_s_per_stream", "e2e_s"] {
+            let st = &cell[key];
+            assert_eq!(st["n"].as_u64(), Some(2 * c as u64), "{key}: {st}");
+            let (p50, p90, p99) =
+                (st["p50"].as_f64().unwrap(), st["p90"].as_f64().unwrap(), st["p99"].as_f64().unwrap());
+            assert!(0.0 < p50 && p50 <= p90 && p90 <= p99, "{key}: {st}");
+        }
+        assert!(cell["aggregate_decode_tok_s"].as_f64().unwrap() > 0.0, "{cell}");
+    }
+}
