@@ -179,6 +179,10 @@ def run(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
         if head >= n or left == 0:
             continue
         want = min(n - head, left)
+        # --only keeps the whole set's schedule (what --max-positions leaves each prompt) and runs just these prompts.
+        if a.only and p["name"] not in a.only:
+            left -= want
+            continue
         t0 = time.time()
         e = base.head(ids[:head])
         got = {c: s.head(ids[:head]) for c, s in others.items()}
@@ -244,7 +248,7 @@ def receipt(comparison: str, rows: dict, a, ref: Reference, ckpt: Path, sha: str
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ckpt", type=Path, required=True, help="official-format checkpoint directory (the gate model)")
+    ap.add_argument("--ckpt", type=Path, help="official-format checkpoint directory (the gate model); not with --merge")
     ap.add_argument("--out", type=Path, required=True, help="output stem: writes STEM.order.json / STEM.threads.json")
     ap.add_argument("--compare", default="order,threads", help="comma list of: order, threads")
     ap.add_argument("--prompts", type=Path, default=ROOT / "assets/gate/prompts.json", help="the gate's prompt set")
@@ -258,13 +262,20 @@ def main():
     ap.add_argument("--index-keys", choices=("owner", "reference"), default="owner",
                     help="owner: our exact path's rule (spec §6.5); reference: upstream's stale keys")
     ap.add_argument("--ref", type=Path, default=HERE / "ref" / "deepseek_v41", help="vendored reference package")
+    ap.add_argument("--only", help="comma list of prompt names to run (one shard of a parallel run; see --merge)")
+    ap.add_argument("--merge", type=Path, nargs="+", help="output stems of shards: write --out's receipts from their rows")
     a = ap.parse_args()
+    a.only = {n.strip() for n in a.only.split(",")} if a.only else None
     a.compare = [c.strip() for c in a.compare.split(",") if c.strip()]
     if not a.compare or any(c not in COMPARISONS for c in a.compare):
         sys.exit(f"--compare: a comma list of {sorted(COMPARISONS)}")
+    if a.merge:
+        return merge(a)
     if not 0.0 <= a.prefill_frac < 1.0:
         sys.exit("--prefill-frac: in [0, 1)")
 
+    if a.ckpt is None:
+        sys.exit("--ckpt: the checkpoint to run (only --merge goes without)")
     ckpt = a.ckpt.resolve()
     cfg = json.loads((ckpt / "inference" / "config.json").read_text())
     bos = json.loads((ckpt / "config.json").read_text()).get("bos_token_id", cfg.get("bos_token_id", 0))
@@ -282,14 +293,43 @@ def main():
     for c in a.compare:
         doc = receipt(c, rows[c], a, ref, ckpt, sha, skipped, seconds)
         doc["seconds"]["total"] = round(time.time() - t0, 2)
+        doc["only"] = sorted(a.only) if a.only else None
         path = Path(f"{a.out}.{c}.json")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1) + "\n")
-        for kind, s in doc["by_kind"].items():
+        Path(f"{a.out}.{c}.rows.json").write_text(json.dumps(rows[c]) + "\n")
+        print_summary(c, doc)
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def print_summary(c: str, doc: dict):
+    for kind, s in doc["by_kind"].items():
             print(f"{c:<8} {kind:<6} {s['positions']:>6} pos  KL mean {s['kl_mean']:.3e} p99 {s['kl_p99']:.3e} "
                   f"max {s['kl_max']:.3e}  agree {s['greedy_agreement']:.4f}  top-1 {s['top1_exact']:.4f} -> "
                   f"{s['top1_candidate']:.4f}  NLL {s['nll_exact']:.4f} -> {s['nll_candidate']:.4f}  "
                   f"identical {s['identical_rows']}")
+
+
+def merge(a):
+    """One receipt per comparison from shards run with --only: their rows pooled, statistics recomputed, seconds added."""
+    for c in a.compare:
+        docs = [json.loads(Path(f"{m}.{c}.json").read_text()) for m in a.merge]
+        pooled: dict = {}
+        for m in a.merge:
+            for kind, rs in json.loads(Path(f"{m}.{c}.rows.json").read_text()).items():
+                pooled.setdefault(kind, []).extend(rs)
+        shas = {d["model_sha256"] for d in docs}
+        if len(shas) != 1:
+            sys.exit(f"--merge: shards of different models {sorted(shas)}")
+        doc = dict(docs[0])
+        doc["by_kind"] = {k: summary(v) for k, v in sorted(pooled.items())}
+        doc["only"] = None
+        doc["merged_from"] = [str(m) for m in a.merge]
+        doc["seconds"] = {k: round(sum(d["seconds"].get(k, 0.0) for d in docs), 2) for k in docs[0]["seconds"]}
+        path = Path(f"{a.out}.{c}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print_summary(c, doc)
         print(f"wrote {path}", file=sys.stderr)
 
 

@@ -38,7 +38,32 @@ def a_summary_reports_means_and_quantiles():
     assert (s["greedy_agreement"], s["top1_exact"], s["top1_candidate"]) == (0.5, 1.0, 0.9)
 
 
+def merged_shards_equal_one_run():
+    import json
+    import tempfile
+
+    rows = [{"kl": float(i) / 7, "agree": i % 3 != 0, "hit_exact": i % 2 == 0, "hit_cand": i % 5 != 0,
+             "nll_exact": 1.0 + i / 10, "nll_cand": 1.1 + i / 10, "identical": i == 4, "max_abs_dlogit": float(i)}
+            for i in range(50)]
+    whole = {"all": rows, "code": rows[:30], "prose": rows[30:]}
+    shards = [{"all": rows[:30], "code": rows[:30]}, {"all": rows[30:], "prose": rows[30:]}]
+    with tempfile.TemporaryDirectory() as d:
+        stems = []
+        for k, sh in enumerate(shards):
+            stem = Path(d) / f"s{k}"
+            doc = {"model_sha256": "abc", "seconds": {"exact": 1.0 + k, "candidate": 2.0}, "by_kind": {}}
+            Path(f"{stem}.order.json").write_text(json.dumps(doc))
+            Path(f"{stem}.order.rows.json").write_text(json.dumps(sh))
+            stems.append(stem)
+        a = types.SimpleNamespace(compare=["order"], merge=stems, out=Path(d) / "m")
+        nf.merge(a)
+        got = json.loads(Path(d, "m.order.json").read_text())
+    assert got["by_kind"] == {k: nf.summary(v) for k, v in whole.items()}, got["by_kind"]
+    assert got["seconds"] == {"exact": 3.0, "candidate": 4.0} and len(got["merged_from"]) == 2
+
+
 if __name__ == "__main__":
-    for test in (equal_rows_score_zero_and_agree, kl_matches_its_closed_form, a_summary_reports_means_and_quantiles):
+    for test in (equal_rows_score_zero_and_agree, kl_matches_its_closed_form, a_summary_reports_means_and_quantiles,
+                 merged_shards_equal_one_run):
         test()
         print(f"ok {test.__name__}")
