@@ -4,8 +4,8 @@ use serde_json::json;
 use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
-use tf_dsv41::cuda::{GpuLane, GpuModel};
-use tf_dsv41::state::SeqState;
+use tf_dsv41::cuda::GpuModel;
+use tf_dsv41::plan::{self, Backend};
 use tf_dsv41::tiny::exl3::{Exl3Mode, convert};
 use tf_dsv41::tiny::{TinyKind, write_checkpoint};
 use tf_dsv41::{Model, Options, PrefillMxfp4};
@@ -24,30 +24,16 @@ const NEAR_TIE_TOP: usize = 5;
 const LENGTHS: [usize; 4] = [1, 9, 40, 150];
 const CHUNK: usize = 64;
 
-/// One side of the comparison: prefill a chunk, or decode one token.
-pub(crate) trait Side {
-    fn prefill(&mut self, t: &[u32], last: bool) -> Result<Option<Vec<f32>>, String>;
-    fn decode(&mut self, t: u32) -> Result<Vec<f32>, String>;
-}
+/// One side of the comparison: a backend of the forward plan (the CPU reference or the GPU) and its lane.
+pub(crate) struct Side<'a, B: Backend>(pub &'a B, pub B::Lane);
 
-pub(crate) struct Cpu<'a>(pub &'a Model, pub SeqState);
-pub(crate) struct Cuda<'a>(pub &'a GpuModel, pub GpuLane);
+impl<B: Backend> Side<'_, B> {
+    pub(crate) fn prefill(&mut self, t: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
+        plan::prefill(self.0, &mut self.1, t, last, &[]).map_err(|e| e.to_string())
+    }
 
-impl Side for Cpu<'_> {
-    fn prefill(&mut self, t: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
-        self.0.prefill(&mut self.1, t, last).map_err(|e| e.to_string())
-    }
-    fn decode(&mut self, t: u32) -> Result<Vec<f32>, String> {
-        Ok(self.0.decode(&mut self.1, &[t]).map_err(|e| e.to_string())?.remove(0))
-    }
-}
-
-impl Side for Cuda<'_> {
-    fn prefill(&mut self, t: &[u32], last: bool) -> Result<Option<Vec<f32>>, String> {
-        self.0.prefill(&mut self.1, t, last).map_err(|e| e.to_string())
-    }
-    fn decode(&mut self, t: u32) -> Result<Vec<f32>, String> {
-        Ok(self.0.decode(&mut self.1, &[t]).map_err(|e| e.to_string())?.remove(0))
+    pub(crate) fn decode(&mut self, t: u32) -> Result<Vec<f32>, String> {
+        Ok(plan::decode(self.0, &mut self.1, &[t], &[]).map_err(|e| e.to_string())?.remove(0))
     }
 }
 
@@ -63,7 +49,7 @@ fn top(l: &[f32], k: usize) -> Vec<u32> {
 }
 
 /// The prompt in chunks of [`CHUNK`]; the last row's logits.
-pub(crate) fn prefill(side: &mut dyn Side, prompt: &[u32]) -> Result<Vec<f32>, String> {
+pub(crate) fn prefill<B: Backend>(side: &mut Side<'_, B>, prompt: &[u32]) -> Result<Vec<f32>, String> {
     let mut out = None;
     for (i, c) in prompt.chunks(CHUNK).enumerate() {
         out = side.prefill(c, (i + 1) * CHUNK >= prompt.len())?;
@@ -72,7 +58,7 @@ pub(crate) fn prefill(side: &mut dyn Side, prompt: &[u32]) -> Result<Vec<f32>, S
 }
 
 /// Prefill in chunks, then greedy decode; every step's logits (the prompt's last row first).
-pub(crate) fn run(side: &mut dyn Side, prompt: &[u32], steps: usize) -> Result<Vec<Vec<f32>>, String> {
+pub(crate) fn run<B: Backend>(side: &mut Side<'_, B>, prompt: &[u32], steps: usize) -> Result<Vec<Vec<f32>>, String> {
     let mut out = vec![prefill(side, prompt)?];
     for _ in 0..steps {
         let t = argmax(out.last().expect("the last chunk returns logits"));
@@ -202,9 +188,9 @@ fn gates(
         for n in LENGTHS {
             let p = prompt(rng, n, vocab);
             let t = std::time::Instant::now();
-            let g = run(&mut Cuda(&gm, gm.new_lane()?), &p, STEPS).map_err(err)?;
+            let g = run(&mut Side(&gm, gm.new_lane()?), &p, STEPS).map_err(err)?;
             let gpu_s = t.elapsed().as_secs_f64();
-            let c = run(&mut Cpu(&cpu, cpu.new_state()), &p, STEPS).map_err(err)?;
+            let c = run(&mut Side(&cpu, cpu.new_state()), &p, STEPS).map_err(err)?;
             let (pass, what, diffs) = compare(&g, &c);
             let worst = diffs.iter().copied().fold(0.0, f64::max);
             let exact = g.iter().zip(&c).take(diffs.len()).filter(|(a, b)| a == b).count();
@@ -254,7 +240,7 @@ pub(crate) fn concurrent(
     let steps = 16;
     let (pa, sa) = &solo[2];
     let (pb, sb) = &solo[3];
-    let (mut a, mut b) = (Cuda(gm, gm.new_lane()?), Cuda(gm, gm.new_lane()?));
+    let (mut a, mut b) = (Side(gm, gm.new_lane()?), Side(gm, gm.new_lane()?));
     let mut la = vec![prefill(&mut a, pa).map_err(err)?];
     let mut lb = vec![prefill(&mut b, pb).map_err(err)?];
     for _ in 0..steps {
@@ -262,7 +248,7 @@ pub(crate) fn concurrent(
         lb.push(b.decode(argmax(lb.last().expect("one"))).map_err(err)?);
     }
     let fork = a.1.fork(gm.gpu)?;
-    let mut f = Cuda(gm, fork);
+    let mut f = Side(gm, fork);
     let next = argmax(la.last().expect("one"));
     let equal_fork = f.decode(next).map_err(err)? == a.decode(next).map_err(err)?;
     let pass = la[..] == sa[..=steps] && lb[..] == sb[..=steps] && equal_fork;
@@ -278,13 +264,13 @@ pub(crate) fn concurrent(
 /// Without replay, a prompt's last row equals the same token fed as a decode row, bit for bit.
 fn decode_row(gm: &GpuModel, rng: &mut SplitMix64, report: &mut Report, name: &str) -> Result<(), Error> {
     let p = prompt(rng, 45, gm.cfg().vocab_size);
-    let mut a = Cuda(gm, gm.new_lane()?);
+    let mut a = Side(gm, gm.new_lane()?);
     a.prefill(&p[..40], true).map_err(err)?;
     let mut last = Vec::new();
     for &t in &p[40..] {
         last = a.decode(t).map_err(err)?;
     }
-    let whole = Cuda(gm, gm.new_lane()?).prefill(&p, true).map_err(err)?.expect("last");
+    let whole = Side(gm, gm.new_lane()?).prefill(&p, true).map_err(err)?.expect("last");
     report.row(
         "e2e decode row == prompt row",
         name,

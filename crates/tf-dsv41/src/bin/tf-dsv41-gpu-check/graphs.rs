@@ -1,6 +1,6 @@
 //! Decode steps replayed as CUDA graphs give the bits of the same steps launched one by one.
 
-use crate::e2e::{Cuda, STEPS, err, prefill, prompt, run};
+use crate::e2e::{STEPS, Side, err, prefill, prompt, run};
 use tf_core::rng::SplitMix64;
 use tf_cuda::Error;
 use tf_cuda::report::Report;
@@ -21,7 +21,7 @@ pub fn check(
     gm.graphs = true;
     let mut equal = 0;
     for (p, direct) in solo {
-        let g = run(&mut Cuda(gm, gm.new_lane()?), p, STEPS).map_err(err)?;
+        let g = run(&mut Side(gm, gm.new_lane()?), p, STEPS).map_err(err)?;
         equal += usize::from(g == *direct);
     }
     let window = window_rows(gm, rng)?;
@@ -50,7 +50,7 @@ fn window_rows(gm: &mut GpuModel, rng: &mut SplitMix64) -> Result<bool, Error> {
     let mut out = Vec::new();
     for graphs in [false, true] {
         gm.graphs = graphs;
-        let mut side = Cuda(gm, gm.new_lane()?);
+        let mut side = Side(gm, gm.new_lane()?);
         let mut l = vec![prefill(&mut side, &p).map_err(err)?];
         for r in &rows {
             l.extend(gm.decode(&mut side.1, r).map_err(err)?);

@@ -1,6 +1,6 @@
 //! The many-lengths gate: a thousand prompt lengths from 1 to 20,000 tokens on the tiny model, none failing.
 
-use crate::e2e::{Cpu, Cuda, LOGIT_TOL, Side, argmax, err, logit_diff, near_tie, prompt};
+use crate::e2e::{LOGIT_TOL, Side, argmax, err, logit_diff, near_tie, prompt};
 use serde_json::json;
 use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
@@ -31,7 +31,7 @@ fn lengths(rng: &mut SplitMix64) -> Vec<usize> {
 }
 
 /// Prefill `p` in chunks, then one greedy decode step; both logits.
-fn run(side: &mut dyn Side, p: &[u32]) -> Result<[Vec<f32>; 2], String> {
+fn run<B: tf_dsv41::plan::Backend>(side: &mut Side<'_, B>, p: &[u32]) -> Result<[Vec<f32>; 2], String> {
     let mut last = None;
     for (i, c) in p.chunks(CHUNK).enumerate() {
         last = side.prefill(c, (i + 1) * CHUNK >= p.len())?;
@@ -45,7 +45,7 @@ fn run(side: &mut dyn Side, p: &[u32]) -> Result<[Vec<f32>; 2], String> {
 fn run_tail(gm: &GpuModel, snaps: &[GpuLane], p: &[u32]) -> Result<[Vec<f32>; 2], String> {
     let k = (p.len() - 1) / CHUNK;
     let lane = snaps[k].fork(gm.gpu).map_err(|e| e.to_string())?;
-    let mut side = Cuda(gm, lane);
+    let mut side = Side(gm, lane);
     let last = side.prefill(&p[k * CHUNK..], true)?.ok_or("the last chunk returned no logits")?;
     let next = side.decode(argmax(&last))?;
     Ok([last, next])
@@ -68,7 +68,7 @@ fn gate(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, dir: &std:
     let lens = lengths(rng);
     // The CPU's side of the comparisons runs on other cores while the GPU works through the lengths.
     std::thread::scope(|scope| {
-        let cpu_side = scope.spawn(|| CPU_AT.map(|n| run(&mut Cpu(&cpu, cpu.new_state()), &base[..n])));
+        let cpu_side = scope.spawn(|| CPU_AT.map(|n| run(&mut Side(&cpu, cpu.new_state()), &base[..n])));
         let (mut failed, tokens, gpu_out) = gpu_lengths(gpu, &gm, &base, &lens)?;
         let (mut worst, mut compared, mut exact) = (0.0f64, Vec::new(), 0);
         let cpu_out = cpu_side.join().map_err(|_| err("the CPU side panicked"))?;
