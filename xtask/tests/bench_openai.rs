@@ -4,22 +4,13 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use tf_server::http::serve::{ServeConfig, serve_on};
+use tf_server::http::serve::{ServeConfig, spawn_loopback};
 
 /// Serves the tiny model on a free loopback port (as tf-server's tests do) and waits for `/health`.
 fn serve(dir: &std::path::Path) -> String {
     tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, dir).unwrap();
     let cfg = ServeConfig { model_dir: Some(dir.to_path_buf()), ..ServeConfig::default() };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            serve_on(l, cfg).await.unwrap();
-        });
-    });
-    let base = format!("http://{}", rx.recv().unwrap());
+    let base = format!("http://{}", spawn_loopback(cfg).unwrap());
     let t = Instant::now();
     while ureq::get(&format!("{base}/health")).call().map(|r| r.status().as_u16()).unwrap_or(0) != 200 {
         assert!(t.elapsed() < Duration::from_secs(60), "server never became healthy");

@@ -132,6 +132,26 @@ pub fn load_engine(
     Ok(Engine { host, tok: Arc::new(tok), bos })
 }
 
+/// Serves `cfg` on a free loopback port from a thread of its own (tests, benches, embedding); the address comes back at once and the model loads in the background.
+pub fn spawn_loopback(cfg: ServeConfig) -> std::io::Result<std::net::SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    std::thread::Builder::new().name("tf-serve".into()).spawn(move || {
+        let rt = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+        rt.block_on(async move {
+            let served = match tokio::net::TcpListener::from_std(listener) {
+                Ok(l) => serve_on(l, cfg).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the loopback server stopped");
+            }
+        });
+    })?;
+    Ok(addr)
+}
+
 /// Serves on an already bound listener; the engine loads in the background.
 pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> std::io::Result<()> {
     let model_id = cfg

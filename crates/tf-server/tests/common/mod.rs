@@ -6,7 +6,7 @@ pub mod family;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use tf_server::http::serve::{ServeConfig, serve_on};
+use tf_server::http::serve::{ServeConfig, spawn_loopback};
 
 pub fn tiny() -> &'static std::path::Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
@@ -26,16 +26,7 @@ pub fn start(api_key: Option<&str>) -> String {
 /// Starts a server with `cfg` (its model defaults to the tiny checkpoint) and waits until it is healthy.
 pub fn start_with(mut cfg: ServeConfig) -> String {
     cfg.model_dir.get_or_insert_with(|| tiny().to_path_buf());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            serve_on(l, cfg).await.unwrap();
-        });
-    });
-    let base = format!("http://{}", rx.recv().unwrap());
+    let base = format!("http://{}", spawn_loopback(cfg).unwrap());
     let t = Instant::now();
     while get(&base, "/health").0 != 200 {
         assert!(t.elapsed() < Duration::from_secs(60), "server never became healthy");
