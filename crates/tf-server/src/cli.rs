@@ -17,7 +17,7 @@ pub struct Cli {
 pub enum Command {
     /// OpenAI-compatible server (no --model: the shipped gate model, expanded on first run)
     Serve(Box<ServeArgs>),
-    /// Greedy text from a prompt on the CPU reference model
+    /// Greedy text from a prompt (CPU reference or --device cuda; no --model: the default model)
     Generate(GenerateArgs),
     /// List a checkpoint directory, model.safetensors.index.json, or one .safetensors file
     Inspect(InspectArgs),
