@@ -41,7 +41,7 @@ pub fn run(args: &[String]) -> ExitCode {
         Some("exl3") => gpu("scripts/gpu-check.sh", &[("TF_CHECKS", "tf-exl3-gpu-check")]),
         Some("engram") => crate::bench_engram::run(&args[1..]),
         Some("engram-reuse") => crate::bench_engram_reuse::run(&args[1..]),
-        Some("openai" | "concurrent") => crate::bench_openai::run(&args[1..]),
+        Some("openai" | "concurrent") => return crate::bench_openai::run(&args[1..]),
         _ => {
             return crate::usage_error(
                 "bench needs `cpu`, `gpu`, `decode`, `exl3`, `engram`, `engram-reuse` or `openai`",

@@ -2,10 +2,10 @@
 
 use crate::bench_openai_http::{Client, Timing};
 use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use std::io::Write;
-use std::sync::Mutex;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant, SystemTime};
 
 const USAGE: &str = "\
@@ -204,14 +204,14 @@ fn run_cell(
                         .map(|(request, (prompt, counted))| {
                             let start_s = t0.elapsed().as_secs_f64();
                             let t = client.stream(path, &request_body(o, model, &prompt));
-                            let mut d = done.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                            let mut d = done.lock();
                             *d = (d.0 + 1, d.1 + usize::from(t.error.is_some()));
-                            eprint!(
-                                "\r{label}: {}/{total} requests, {} errors, {:.1} s   ",
+                            progress(&format!(
+                                "{label}: {}/{total} requests, {} errors, {:.1} s",
                                 d.0,
                                 d.1,
                                 t0.elapsed().as_secs_f64()
-                            );
+                            ));
                             let prompt_sha =
                                 Sha256::digest(prompt.as_bytes())[..8].iter().map(|b| format!("{b:02x}")).collect();
                             Sample { stream, request, prompt_sha, prompt_counted: counted, start_s, t }
@@ -269,7 +269,7 @@ fn bench(o: &Options, args: &[String]) -> Result<bool, String> {
             for &c in &o.concurrency {
                 let kind = corpus.kind.clone();
                 let label = format!("[cell {}/{n_cells}] {kind} {target} tok c{c}", cells.len() + 1);
-                eprint!("\r{label}: sizing prompts   ");
+                progress(&format!("{label}: sizing prompts"));
                 let prompts: Vec<Vec<_>> = (0..c)
                     .map(|s| {
                         (0..o.requests_per_stream)
@@ -304,17 +304,37 @@ fn bench(o: &Options, args: &[String]) -> Result<bool, String> {
     Ok(errors == 0)
 }
 
-pub fn run(args: &[String]) -> Result<(), String> {
+/// One progress line: redrawn in place on a terminal, a line of its own in a log.
+fn progress(line: &str) {
+    if std::io::stderr().is_terminal() {
+        eprint!("\r{line}   ");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
+/// `cargo xtask bench openai`: 0 when every request succeeded, 1 when some failed or the run broke, 2 for a bad command line.
+pub fn run(args: &[String]) -> std::process::ExitCode {
     let o = match Options::parse(args) {
         Ok(Some(o)) => o,
         Ok(None) => {
             println!("{USAGE}");
-            return Ok(());
+            return std::process::ExitCode::SUCCESS;
         }
-        Err(e) => return Err(format!("{e}\n{USAGE}")),
+        Err(e) => {
+            eprintln!("bench openai: {e}\n{USAGE}");
+            return std::process::ExitCode::from(crate::USAGE_ERROR);
+        }
     };
-    match bench(&o, args)? {
-        true => Ok(()),
-        false => Err("some requests failed; see `errors` in the table and the receipt".into()),
+    match bench(&o, args) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("bench openai: some requests failed; see `errors` in the table and the receipt");
+            std::process::ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("bench openai: {e}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }

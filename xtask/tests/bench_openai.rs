@@ -70,3 +70,12 @@ fn bench_openai_measures_every_cell_against_our_server() {
         assert!(cell["aggregate_decode_tok_s"].as_f64().unwrap() > 0.0, "{cell}");
     }
 }
+
+#[test]
+fn a_bad_command_line_exits_2_naming_the_flag() {
+    let o =
+        Command::new(env!("CARGO_BIN_EXE_xtask")).args(["bench", "openai", "--concurrency", "many"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--concurrency"), "{err}");
+}
