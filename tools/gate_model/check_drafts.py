@@ -10,10 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from check_rust import prompts_from
-from ckpt import load_ckpt
-from config import Cfg, EngramHasher, load_token_map
+from ckpt import load_model
+from config import EngramHasher, load_token_map
 from dspark import draft_rows
-from model import Dsv41
 
 
 def main():
@@ -27,11 +26,7 @@ def main():
     ap.add_argument("--out", type=Path, default=Path("/tmp/gate-check-drafts"))
     a = ap.parse_args()
     torch.set_num_threads(2)
-    ck = load_ckpt(a.pt)
-    cfg = Cfg(ck["hf"])
-    model = Dsv41(cfg, ck["state"]["used"])
-    model.load_state_dict(ck["state"])
-    model.eval()
+    cfg, model, _ = load_model(a.pt)
     hasher = EngramHasher(cfg, load_token_map())
     prompts = prompts_from(np.load(a.heldout), [int(x) for x in a.lengths.split(",")])
     a.out.mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ckpt import load_ckpt
-from config import Cfg, EngramHasher, load_token_map
-from model import Dsv41
+from ckpt import load_model
+from config import EngramHasher, load_token_map
 
 
 def prompts_from(stream: np.ndarray, lengths: list[int]) -> list[list[int]]:
@@ -51,11 +50,7 @@ def main():
     ap.add_argument("--out", type=Path, default=Path("/tmp/gate-check"))
     a = ap.parse_args()
     torch.set_num_threads(2)
-    ck = load_ckpt(a.pt)
-    cfg = Cfg(ck["hf"])
-    model = Dsv41(cfg, ck["state"]["used"])
-    model.load_state_dict(ck["state"])
-    model.eval()
+    cfg, model, _ = load_model(a.pt)
     hasher = EngramHasher(cfg, load_token_map())
     prompts = prompts_from(np.load(a.heldout), [int(x) for x in a.lengths.split(",")])
     a.out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """Compact forms that fit a GPU call's carry and return limits: u16 token streams, and checkpoints split into ≤ 15 MiB parts."""
 
 import io
+import json
 import lzma
 from pathlib import Path
 
@@ -69,6 +70,28 @@ def load_ckpt(path: Path) -> dict:
             full[used] = v.float()
             ck["state"][k] = full
     return ck
+
+
+def load_model(path: Path):
+    """A checkpoint's config and its Dsv41 with the weights loaded, in eval mode, plus the checkpoint dict."""
+    from config import Cfg
+    from model import Dsv41
+
+    ck = load_ckpt(path)
+    cfg = Cfg(ck["hf"])
+    model = Dsv41(cfg, ck["state"]["used"])
+    model.load_state_dict(ck["state"])
+    return cfg, model.eval(), ck
+
+
+def write(ck: dict, out: Path, compact: bool):
+    """`ck` as a .pt (or compact parts for GPU calls), with its training log beside it as JSON."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if compact:
+        save_compact(ck, out)
+    else:
+        torch.save(ck, out)
+    out.with_suffix(".json").write_text(json.dumps(ck["log"]) + "\n")
 
 
 def backbone_init(pt: Path, out: Path) -> list[Path]:

@@ -12,7 +12,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from config import ASSETS
-from data import BOS, EOS, GENERATED, crate_licence, crate_name, rs_files
+from data import BOS, EOS, GENERATED, crate_licence, rs_files
 
 # Every word of a PyPI licence must be one of these (numpy's "BSD-3-Clause AND 0BSD AND MIT AND Zlib AND CC0-1.0" is not).
 PYPI_OK = re.compile(r"^(MIT|BSD|BSD-[23]-Clause|Apache|Apache-2\.0|2\.0|License|Software|AND|OR|/)$", re.I)

@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ckpt import load_ckpt
-from config import Cfg, EngramHasher, load_token_map
-from model import Dsv41
+from ckpt import load_model
+from config import EngramHasher, load_token_map
 from train import evaluate
 
 
@@ -25,10 +24,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    ck = load_ckpt(a.pt)
-    cfg = Cfg(ck["hf"])
-    model = Dsv41(cfg, ck["state"]["used"])
-    model.load_state_dict(ck["state"])
+    cfg, model, _ = load_model(a.pt)
     model = model.to(device)
     hasher = EngramHasher(cfg, load_token_map().to(device))
     out = {"pt": str(a.pt), "windows": a.windows, "seq": a.seq}

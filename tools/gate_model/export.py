@@ -8,9 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ckpt import load_ckpt
-from config import ASSETS, Cfg
-from model import Dsv41
+from ckpt import load_model
+from config import ASSETS
 from quant import fp4_weight_codes, fp8_row_codes, fp8_tile_codes
 
 FP8_TILES = ("attn.wq_a", "attn.wq_b", "attn.wkv", "attn.wo_b", "attn.indexer.wq_b", "ffn.shared_experts.w1",
@@ -67,10 +66,7 @@ def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int], bytes
 
 
 def export(pt: Path, out: Path) -> dict:
-    ck = load_ckpt(pt)
-    cfg = Cfg(ck["hf"])
-    model = Dsv41(cfg, ck["state"]["used"])
-    model.load_state_dict(ck["state"])
+    cfg, model, ck = load_model(pt)
     used = model.used
     params = dict(model.named_parameters())
     params["embed.weight"] = model.embed_weight()

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import model as M
-from ckpt import load_ckpt, load_train, save_compact
+from ckpt import load_ckpt, load_train, write
 from config import SMALL_HF, Cfg, EngramHasher, load_token_map
 from model import Dsv41
 
@@ -232,13 +232,7 @@ def step_loss(model, hasher, x, y, opt, indexer_weight):
 def save(model, hf, log, a, steps, t0):
     log["steps_done"], log["compiled"] = steps, a.compile
     log["seconds"] = round(time.time() - t0, 1)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    ck = {"hf": hf, "state": {k: v.cpu() for k, v in model.state_dict().items()}, "log": log}
-    if a.compact:
-        save_compact(ck, a.out)
-    else:
-        torch.save(ck, a.out)
-    a.out.with_suffix(".json").write_text(json.dumps(log) + "\n")
+    write({"hf": hf, "state": {k: v.cpu() for k, v in model.state_dict().items()}, "log": log}, a.out, a.compact)
 
 
 if __name__ == "__main__":

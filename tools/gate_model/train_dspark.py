@@ -1,14 +1,13 @@
 """Trains the DSpark stages as drafters on a frozen trained backbone (spec §11: backbone frozen, no gradient into it)."""
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ckpt import load_ckpt, load_train, save_compact
+from ckpt import load_ckpt, load_train, write
 from config import Cfg, EngramHasher, load_token_map
 from dspark import draft_loss
 from model import Dsv41
@@ -83,12 +82,7 @@ def main():
             break
     log["dspark"]["evals"].append([step + 1, evaluate(model, hasher, held, a.seq, a.eval_windows, a.anchors, device)])
     print("after", log["dspark"]["evals"][-1], flush=True)
-    out = {"hf": ck["hf"], "state": {k: v.cpu() for k, v in model.state_dict().items()}, "log": log}
-    if a.compact:
-        save_compact(out, a.out)
-    else:
-        torch.save(out, a.out)
-    a.out.with_suffix(".json").write_text(json.dumps(log) + "\n")
+    write({"hf": ck["hf"], "state": {k: v.cpu() for k, v in model.state_dict().items()}, "log": log}, a.out, a.compact)
 
 
 if __name__ == "__main__":
