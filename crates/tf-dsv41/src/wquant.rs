@@ -45,27 +45,26 @@ pub fn quant_fp8_tiles(w: &[f32], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>
 /// FP8 e4m3 codes with E8M0 scales per row and 32 columns: the Engram table layout, `cols` a multiple of 32.
 pub fn quant_fp8_rows(w: &[f32], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
     assert!(w.len() == rows * cols && cols.is_multiple_of(BLOCK), "fp8 rows: shape");
-    let mut codes = Vec::with_capacity(w.len());
-    let mut scales = Vec::with_capacity(w.len() / BLOCK);
-    for g in w.chunks_exact(BLOCK) {
-        let s = block_scale(g.iter().fold(0f32, |m, x| m.max(x.abs())), E4M3_MAX);
-        scales.push(pow2_scale_to_e8m0(s));
-        codes.extend(g.iter().map(|x| f32_to_e4m3(x / s)));
-    }
-    (codes, scales)
+    per_block(w, E4M3_MAX, f32_to_e4m3)
 }
 
 /// Packed E2M1 codes (`[rows, cols/2]`, even element in the low nibble) and E8M0 scales per row and 32 columns.
 pub fn quant_fp4(w: &[f32], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
     assert!(w.len() == rows * cols && cols.is_multiple_of(BLOCK), "fp4: shape");
+    let (codes, scales) = per_block(w, E2M1_MAX, f32_to_e2m1);
+    (pack_fp4(&codes), scales)
+}
+
+/// Each run of 32 values: its E8M0 power-of-two scale for a format whose largest value is `max`, and its codes.
+fn per_block(w: &[f32], max: f32, code: impl Fn(f32) -> u8) -> (Vec<u8>, Vec<u8>) {
     let mut codes = Vec::with_capacity(w.len());
     let mut scales = Vec::with_capacity(w.len() / BLOCK);
     for g in w.chunks_exact(BLOCK) {
-        let s = block_scale(g.iter().fold(0f32, |m, x| m.max(x.abs())), E2M1_MAX);
+        let s = block_scale(g.iter().fold(0f32, |m, x| m.max(x.abs())), max);
         scales.push(pow2_scale_to_e8m0(s));
-        codes.extend(g.iter().map(|x| f32_to_e2m1(x / s)));
+        codes.extend(g.iter().map(|x| code(x / s)));
     }
-    (pack_fp4(&codes), scales)
+    (codes, scales)
 }
 
 /// Values of an FP8 matrix with 32×32-tile scales.
