@@ -141,7 +141,7 @@ def main():
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         rng.bit_generator.state, torch_rng, log = st["rng"], st["torch_rng"], st["log"]
-        torch.set_rng_state(torch_rng)
+        torch.set_rng_state(torch_rng.cpu())
         start, t0 = st["step"], time.time() - st["elapsed"]
         print(f"resumed at step {start}, {st['elapsed']:.0f}s of the schedule done", flush=True)
     step, mark = start, (start, time.time())
