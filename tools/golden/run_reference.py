@@ -221,16 +221,23 @@ def lcg_prompt(length: int, seed: int, lo: int, hi: int) -> list[int]:
     return ids
 
 
+TOP_K = None  # --top K: each step also keeps its top-K logits and f64 log-sum-exp (JSON-only fixtures)
+
+
 def summarize(logits: torch.Tensor) -> dict:
     """Argmax (lowest id on ties), its margin over the runner-up, top-8 and the vector's L2 norm."""
     top = torch.sort(logits, descending=True, stable=True)
     ids, vals = top.indices[:8].tolist(), top.values[:8].tolist()
-    return {
+    out = {
         "argmax": ids[0],
         "margin": vals[0] - vals[1],
         "top8": [[i, v] for i, v in zip(ids, vals)],
         "l2": float(logits.double().norm()),
     }
+    if TOP_K:
+        out["topk"] = [[i, v] for i, v in zip(top.indices[:TOP_K].tolist(), top.values[:TOP_K].tolist())]
+        out["lse"] = float(torch.logsumexp(logits.double(), 0))
+    return out
 
 
 def run_prompt(v41, ckpt: Path, prompt: list[int], steps: int, max_seq_len: int):
@@ -374,7 +381,8 @@ def main_dspark(a, v41, ckpt: Path, prompts: list[list[int]], prompt_src: str, v
               file=sys.stderr)
     json_path, bin_path = Path(f"{a.out}.json"), Path(f"{a.out}.f32")
     bin_path.parent.mkdir(parents=True, exist_ok=True)
-    np.concatenate(blocks).tofile(bin_path)
+    if not a.top:
+        np.concatenate(blocks).tofile(bin_path)
     doc = header(a, ckpt, n_classes, notes)
     doc.update({
         "kind": "dspark",
@@ -405,6 +413,8 @@ def main():
     ap.add_argument("--prompts", type=Path, help="JSON list of token-id lists (default: the standard set)")
     ap.add_argument("--lengths", help="standard prompt lengths (default 5,17,40,77,120; with --dspark 40,77)")
     ap.add_argument("--steps", type=int, help="greedy decode steps after the prefill (default 40; with --dspark 16)")
+    ap.add_argument("--top", type=int, help="keep each step's top-K logits and log-sum-exp in the JSON, no .f32 "
+                    "(a full-vocab model's rows are too big to commit)")
     ap.add_argument("--dspark", action="store_true",
                     help="also run forward_spec after every step and write the drafts instead of main logits")
     ap.add_argument("--main-fixture", type=Path,
@@ -419,6 +429,10 @@ def main():
     ap.add_argument("--make-tiny-cmd", default="", help="command that regenerated --ckpt (recorded)")
     ap.add_argument("--seed", type=int, help="make-tiny seed of --ckpt (recorded)")
     a = ap.parse_args()
+    global TOP_K
+    TOP_K = a.top
+    if a.top and a.dspark:
+        sys.exit("--top: main-logit fixtures only, not with --dspark")
 
     if a.lengths is None:
         a.lengths = "40,77" if a.dspark else "5,17,40,77,120"
@@ -475,25 +489,27 @@ def main():
 
     json_path, bin_path = Path(f"{a.out}.json"), Path(f"{a.out}.f32")
     bin_path.parent.mkdir(parents=True, exist_ok=True)
-    np.concatenate(blocks).tofile(bin_path)
+    if not a.top:
+        np.concatenate(blocks).tofile(bin_path)
     doc = header(a, ckpt, n_classes, notes)
     doc.update({
         "model_args": {k: v for k, v in dataclasses.asdict(args).items()},
         "prompts_source": prompt_src,
         "decode_steps": a.steps,
-        "logits": {
+        "logits": None if a.top else {
             "file": bin_path.name,
             "dtype": "f32-le",
             "shape": [offset, vocab],
             "sha256": sha256(bin_path),
         },
+        "top_k": a.top,
         "greedy_rule": "argmax of fp32 logits, lowest id on ties; step 0 = prefill's last position, step i = "
                        "decode of greedy_tokens[i-1] at start_pos prompt_len+i-1",
         "prompts": records,
         "seconds": round(time.time() - t0, 2),
     })
     json_path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {json_path} and {bin_path} ({offset} rows x {vocab}) in {doc['seconds']}s",
+    print(f"wrote {json_path}{'' if a.top else f' and {bin_path}'} ({offset} rows x {vocab}) in {doc['seconds']}s",
           file=sys.stderr)
 
 

@@ -63,14 +63,21 @@ pub fn ensure(assets: &Path, cache_root: &Path) -> Result<PathBuf, GateModelErro
     if dir.join("model.safetensors.index.json").is_file() {
         return Ok(dir);
     }
-    let tmp = dir.with_extension("partial");
+    // One scratch directory per process and thread: tests and servers may expand at the same time.
+    let tmp = dir.with_extension(format!("partial-{}-{:?}", std::process::id(), std::thread::current().id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let got = expand(assets, &tmp, Some(&m.compact_sha256))?;
     if got != m.expanded_sha256 {
         let path = tmp.join(SHARD);
         return Err(GateModelError::Checksum { path, want: m.expanded_sha256, got });
     }
-    std::fs::rename(&tmp, &dir).map_err(io(&dir))?;
+    if let Err(e) = std::fs::rename(&tmp, &dir) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        // Another expansion finished first: its directory holds the same checked bytes.
+        if !dir.join("model.safetensors.index.json").is_file() {
+            return Err(io(&dir)(e));
+        }
+    }
     Ok(dir)
 }
 

@@ -1,0 +1,55 @@
+//! `gate_nll MODEL_DIR HELDOUT_NPY [WINDOWS] [SEQ]`: held-out NLL of the Rust CPU forward on train.py's evaluation windows.
+use std::path::Path;
+
+/// A 1-D little-endian u32 `.npy` (what data_mix.py writes), read without a numpy crate for one example.
+fn read_npy_u32(path: &Path) -> Vec<u32> {
+    let raw = std::fs::read(path).expect("held-out .npy reads");
+    assert!(raw.starts_with(b"\x93NUMPY"), "{}: not a .npy file", path.display());
+    let (len_at, hdr_at) = if raw[6] == 1 { (8, 10) } else { (8, 12) };
+    let hlen = if raw[6] == 1 {
+        u16::from_le_bytes([raw[len_at], raw[len_at + 1]]) as usize
+    } else {
+        u32::from_le_bytes(raw[len_at..len_at + 4].try_into().unwrap()) as usize
+    };
+    let header = std::str::from_utf8(&raw[hdr_at..hdr_at + hlen]).expect("npy header is text");
+    assert!(header.contains("'<u4'") && !header.contains("True"), "{}: want a 1-D '<u4' array", path.display());
+    raw[hdr_at + hlen..].chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect()
+}
+
+/// f64 log-sum-exp of one logits row minus the target's logit: the row's NLL.
+fn row_nll(row: &[f32], target: u32) -> f64 {
+    let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+    let lse = m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+    lse - row[target as usize] as f64
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    assert!((3..=5).contains(&args.len()), "usage: gate_nll MODEL_DIR HELDOUT_NPY [WINDOWS=64] [SEQ=512]");
+    let windows: usize = args.get(3).map_or(64, |s| s.parse().expect("WINDOWS is a count"));
+    let seq: usize = args.get(4).map_or(512, |s| s.parse().expect("SEQ is a count"));
+    let opts = tf_dsv41::Options { replay: false, ..Default::default() };
+    let model = tf_dsv41::Model::load(Path::new(&args[1]), opts).expect("model loads");
+    let held = read_npy_u32(Path::new(&args[2]));
+    let n = windows.min(((held.len() - 2) / seq).max(1));
+    let span = (held.len() - seq - 2) as f64;
+    let (mut total, mut count) = (0.0f64, 0usize);
+    for i in 0..n {
+        // np.linspace(0, len - seq - 2, n).astype(int64) as train.py's evaluate picks them: i * step, the last one exact.
+        let start = match n {
+            1 => 0,
+            _ if i == n - 1 => span as usize,
+            _ => (i as f64 * (span / (n - 1) as f64)) as usize,
+        };
+        let w = &held[start..start + seq + 1];
+        let mut st = model.new_state();
+        let mut rows = vec![model.prefill(&mut st, &w[..1], true).unwrap().unwrap()];
+        rows.extend(model.decode(&mut st, &w[1..seq]).unwrap());
+        let sum: f64 = rows.iter().zip(&w[1..]).map(|(r, &t)| row_nll(r, t)).sum();
+        total += sum;
+        count += seq;
+        eprintln!("window {i} at {start}: nll {:.4}", sum / seq as f64);
+    }
+    let nll = total / count as f64;
+    println!("{}", serde_json::json!({"windows": n, "seq": seq, "tokens": held.len(), "nll": nll, "ppl": nll.exp()}));
+}
