@@ -24,6 +24,5 @@ pub use error::Error;
 pub use gpu::{Gpu, GpuInfo, default_nvrtc_dirs};
 pub use graph::GraphStats;
 pub use kernels::KernelSource;
-pub use launch::grid;
 pub use nvrtc::Nvrtc;
 pub use pool::{DevicePool, PoolBuf, PoolStats, size_class};
