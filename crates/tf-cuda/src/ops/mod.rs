@@ -6,6 +6,6 @@ mod rmsnorm;
 pub use fp8::{
     FP8_MAX_ROWS, Fp8Decode, Fp8Kernel, WeightScale, act_quant_fp8, fp8_gemv, fp8_gemv_smem_bytes, fp8_gemv_with,
 };
-pub use rmsnorm::{RMSNORM_THREADS, rmsnorm_bf16};
+pub use rmsnorm::{RMSNORM_THREADS, RmsNormKernel, rms_norm_rows, rmsnorm_bf16};
 
 pub(crate) use crate::launch::{as_i32, check_len};
