@@ -9,6 +9,23 @@ use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
 /// Threads per row; a fixed count keeps each row's reduction tree the same whatever the batch.
 pub const RMSNORM_THREADS: u32 = 256;
 
+/// [`rms_norm_rows`] by this crate's `rmsnorm_bf16` (`RMSNORM_THREADS` threads, a fixed tree).
+pub fn rmsnorm_bf16(
+    gpu: &Gpu,
+    x: &PoolBuf<'_>,
+    w: &PoolBuf<'_>,
+    y: &mut PoolBuf<'_>,
+    rows: usize,
+    dim: usize,
+    eps: f32,
+) -> Result<(), Error> {
+    let threads = RMSNORM_THREADS.to_string();
+    let spec = kernels::RMSNORM.spec(&[("RMSNORM_THREADS", &threads)]);
+    let kernel =
+        RmsNormKernel { op: "rmsnorm_bf16", spec, entry: "rmsnorm_bf16", threads: RMSNORM_THREADS, wide: None };
+    rms_norm_rows(gpu, &kernel, &x.view(), &w.view(), &mut y.view_mut(), rows, dim, eps)
+}
+
 /// An RMSNorm kernel `entry(const bf16* x, const bf16* w, bf16* y, int dim, float eps[, int wide])`, `threads` per row.
 pub struct RmsNormKernel<'s> {
     /// The name errors give.
@@ -52,21 +69,4 @@ pub fn rms_norm_rows(
     // SAFETY: arguments match the kernel's signature above and the buffers hold rows×dim (checked).
     unsafe { launch.launch(grid1(rows, kernel.threads)) }.doing(|| format!("launching {op} on {rows} rows × {dim}"))?;
     Ok(())
-}
-
-/// [`rms_norm_rows`] by this crate's `rmsnorm_bf16` (`RMSNORM_THREADS` threads, a fixed tree).
-pub fn rmsnorm_bf16(
-    gpu: &Gpu,
-    x: &PoolBuf<'_>,
-    w: &PoolBuf<'_>,
-    y: &mut PoolBuf<'_>,
-    rows: usize,
-    dim: usize,
-    eps: f32,
-) -> Result<(), Error> {
-    let threads = RMSNORM_THREADS.to_string();
-    let spec = kernels::RMSNORM.spec(&[("RMSNORM_THREADS", &threads)]);
-    let kernel =
-        RmsNormKernel { op: "rmsnorm_bf16", spec, entry: "rmsnorm_bf16", threads: RMSNORM_THREADS, wide: None };
-    rms_norm_rows(gpu, &kernel, &x.view(), &w.view(), &mut y.view_mut(), rows, dim, eps)
 }
