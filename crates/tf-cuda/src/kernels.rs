@@ -1,16 +1,6 @@
 //! Our CUDA sources, embedded at build time; `tests/compile_kernels.rs` checks this lists every `kernels/*.cu`.
 
 use crate::KernelSpec;
-use cudarc::driver::LaunchConfig;
-
-/// A launch of `grid` (x, y) blocks of `threads` with `smem` bytes of dynamic shared memory.
-pub fn grid(grid: (usize, usize), threads: u32, smem: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (grid.0 as u32, grid.1 as u32, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: smem as u32,
-    }
-}
 
 /// One `.cu` file of `crates/tf-cuda/kernels`.
 #[derive(Clone, Copy, Debug)]

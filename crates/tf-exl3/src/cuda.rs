@@ -4,6 +4,7 @@ use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
 use std::marker::PhantomData;
 use tf_cuda::error::DriverResultExt;
+use tf_cuda::launch::grid;
 use tf_cuda::{Error, Gpu, KernelSource, PoolBuf};
 
 /// `fp4_gemv` and `fp4_gemv_routed`: packed E2M1 + E8M0 weights times FP8 activation rows, in the CPU reference's order.
@@ -88,11 +89,7 @@ impl Fp4Plan {
     }
 
     fn config(&self, n: usize, pairs: usize) -> LaunchConfig {
-        LaunchConfig {
-            grid_dim: (n.div_ceil(self.tile_rows()) as u32, pairs as u32, 1),
-            block_dim: (self.threads as u32, 1, 1),
-            shared_mem_bytes: self.smem_bytes() as u32,
-        }
+        grid((n.div_ceil(self.tile_rows()), pairs), self.threads as u32, self.smem_bytes())
     }
 
     /// The kernel for this plan, allowed the shared memory it needs.
@@ -109,18 +106,7 @@ impl Fp4Plan {
     }
 }
 
-/// Fails naming `op` and the buffer unless `buf` holds at least `need` bytes.
-pub(crate) fn check_len(op: &'static str, name: &str, buf: &PoolBuf<'_>, need: usize) -> Result<(), Error> {
-    if buf.len() >= need {
-        return Ok(());
-    }
-    Err(Error::Launch { op, what: format!("buffer `{name}` holds {} bytes, needs {need}", buf.len()) })
-}
-
-/// `v` as a kernel's `int` argument, or an error naming it.
-pub(crate) fn as_i32(op: &'static str, name: &str, v: usize) -> Result<i32, Error> {
-    i32::try_from(v).map_err(|_| Error::Launch { op, what: format!("{name} = {v} does not fit a 32-bit int") })
-}
+pub(crate) use tf_cuda::launch::{as_i32, check_len};
 
 /// `rows × k` checked for overflow, for byte counts.
 pub(crate) fn bytes(op: &'static str, a: usize, b: usize) -> Result<usize, Error> {

@@ -5,8 +5,9 @@ use crate::cuda::{as_i32, bytes, check_len};
 use crate::exl3::Codebook;
 use crate::exl3::codebook::mul1_bytesum;
 use crate::exl3_mma::{Exl3Experts, fast_fn, x_rows};
-use cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{DevicePtr, PushKernelArg};
 use tf_cuda::error::DriverResultExt;
+use tf_cuda::launch::grid3;
 use tf_cuda::{Error, Gpu, PoolBuf};
 
 /// Warps a block holds, and tile columns a warp sums (the kernel's 4 and `BYTEDOT_TC`).
@@ -80,15 +81,8 @@ impl Exl3Experts<'_, '_> {
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(xs.dev()).arg(self.table.dev()).arg(&ids_at).arg(&experts).arg(&topk_i).arg(y.dev_mut());
         launch.arg(&in_i).arg(&out_i).arg(&st);
-        let cfg = LaunchConfig {
-            grid_dim: (
-                (self.out_p / 16).div_ceil(WARPS * WARP_COLS) as u32,
-                (self.in_p / 16).div_ceil(tiles) as u32,
-                pairs as u32,
-            ),
-            block_dim: (32 * WARPS as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let blocks = ((self.out_p / 16).div_ceil(WARPS * WARP_COLS), (self.in_p / 16).div_ceil(tiles), pairs);
+        let cfg = grid3(blocks, 32 * WARPS as u32, 0);
         // SAFETY: arguments match exl3_mul1_bytedot's signature; ids, xs and y were checked above, the table is this one's.
         unsafe { launch.launch(cfg) }
             .doing(|| format!("launching {OP} on {pairs} jobs of {}×{}", self.in_p, self.out_p))?;

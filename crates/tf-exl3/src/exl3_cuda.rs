@@ -8,7 +8,8 @@ use crate::exl3_mma::{
 };
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
 use tf_cuda::error::DriverResultExt;
-use tf_cuda::{Error, Gpu, PoolBuf, grid};
+use tf_cuda::launch::{grid, grid3};
+use tf_cuda::{Error, Gpu, PoolBuf};
 
 /// Rows one `exl3_gemv_exact` launch takes; more run as further launches (a row never depends on the others).
 pub const EXL3_MAX_ROWS: usize = 8;
@@ -217,8 +218,7 @@ pub(crate) fn launch_exact(
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(x).arg(jobs.table.dev()).arg(&ids).arg(&experts).arg(&topk).arg(&mut *y).arg(part.dev_mut());
         launch.arg(jobs.done.dev()).arg(&rows_i).arg(&r0_i).arg(&m_i).arg(&in_i).arg(&out_i).arg(&st);
-        let mut cfg = grid((out_p / HAD, splits), 128, exact_smem_bytes(k, m));
-        cfg.grid_dim.2 = count;
+        let cfg = grid3((out_p / HAD, splits, count as usize), 128, exact_smem_bytes(k, m));
         // SAFETY: arguments match exl3_gemv_exact's signature; callers checked x, y is checked above, part holds every job's splits.
         unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {m} rows × {in_p}×{out_p}"))?;
     }

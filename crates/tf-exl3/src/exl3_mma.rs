@@ -7,7 +7,8 @@ use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, DevicePtr, PushKernelArg};
 use std::marker::PhantomData;
 use tf_cuda::error::DriverResultExt;
-use tf_cuda::{Error, Gpu, PoolBuf, grid};
+use tf_cuda::launch::{grid, grid1};
+use tf_cuda::{Error, Gpu, PoolBuf};
 
 /// Rows one `exl3_gemv_mma` job takes (two mma row groups of 8).
 pub const EXL3_MMA_ROWS: usize = 16;
@@ -323,7 +324,7 @@ fn rows_copy<'g>(
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(src.dev()).arg(dst.dev_mut()).arg(&a).arg(&b);
         // SAFETY: arguments match `exl3_rows_in`/`exl3_rows_out` (src, dst, int, int); callers checked src, dst sized here.
-        unsafe { launch.launch(grid((rows, 1), 256, 0)) }.doing(|| format!("launching {entry} on {rows} rows"))?;
+        unsafe { launch.launch(grid1(rows, 256)) }.doing(|| format!("launching {entry} on {rows} rows"))?;
     }
     Ok(dst)
 }

@@ -9,8 +9,11 @@ use cudarc::driver::{CudaFunction, CudaViewMut, DevicePtr, PushKernelArg};
 use std::cell::RefCell;
 use tf_cuda::blas::{Blas, Gemm};
 use tf_cuda::error::DriverResultExt;
-use tf_cuda::{Error, Gpu, PoolBuf, grid};
+use tf_cuda::launch::{grid1, grid3};
+use tf_cuda::{Error, Gpu, PoolBuf};
 
+/// Threads per row of the prompt source's row kernels (one block per row).
+const ROW_THREADS: u32 = 256;
 /// Dynamic shared memory of `exl3_recon`: one 128×128 f32 block, rows padded to 129 values.
 const RECON_SMEM: usize = HAD * (HAD + 1) * 4;
 
@@ -58,8 +61,7 @@ pub(crate) fn launch_recon(
         (as_i32(OP, "experts", jobs.experts)?, as_i32(OP, "in", in_p)?, as_i32(OP, "out", out_p)?);
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(jobs.table.dev()).arg(&jobs.ids).arg(&experts).arg(w).arg(&in_i).arg(&out_i);
-    let mut cfg = grid((in_p / HAD, out_p / HAD), 256, RECON_SMEM);
-    cfg.grid_dim.2 = count;
+    let cfg = grid3((in_p / HAD, out_p / HAD, count as usize), 256, RECON_SMEM);
     // SAFETY: arguments match exl3_recon(const Exl3Dev*, const int*, int, u16*, int, int); w holds every job's weight (checked above).
     unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {count} × {in_p}×{out_p} K={k}"))?;
     Ok(())
@@ -96,7 +98,8 @@ impl<'g> GpuExl3<'g> {
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(x.dev()).arg(xh.dev_mut()).arg(&k_i).arg(&in_i);
         // SAFETY: arguments match exl3_rows_in_h(const u16*, u16*, int, int); x checked above, xh sized here.
-        unsafe { launch.launch(rows_cfg(rows)) }.doing(|| format!("launching exl3_rows_in_h on {rows} rows"))?;
+        unsafe { launch.launch(grid1(rows, ROW_THREADS)) }
+            .doing(|| format!("launching exl3_rows_in_h on {rows} rows"))?;
         let mut w = gpu.pool().take(bytes(OP, self.in_p, self.out_p * 2)?)?;
         self.effective_f16(gpu, &mut w)?;
         let mut yq = gpu.pool().take(bytes(OP, bytes(OP, rows, self.out_p)?, 4)?)?;
@@ -111,14 +114,10 @@ impl<'g> GpuExl3<'g> {
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(yq.dev()).arg(&bias).arg(y.dev_mut()).arg(&n_i).arg(&out_i);
         // SAFETY: arguments match exl3_rows_out_bias(const float*, const float*, float*, int, int); yq and y sized here, bias holds out_p.
-        unsafe { launch.launch(rows_cfg(rows)) }.doing(|| format!("launching exl3_rows_out_bias on {rows} rows"))?;
+        unsafe { launch.launch(grid1(rows, ROW_THREADS)) }
+            .doing(|| format!("launching exl3_rows_out_bias on {rows} rows"))?;
         Ok(y)
     }
-}
-
-/// A block of 256 threads per row, for the prompt source's row kernels.
-fn rows_cfg(rows: usize) -> cudarc::driver::LaunchConfig {
-    grid((rows, 1), 256, 0)
 }
 
 thread_local! {
@@ -199,7 +198,8 @@ impl Exl3Experts<'_, '_> {
             let mut launch = gpu.stream().launch_builder(&gather);
             launch.arg(x.dev()).arg(&pairs_at).arg(&topk_i).arg(xh.dev_mut()).arg(&k_i).arg(&in_i);
             // SAFETY: arguments match exl3_gather_h(const u16*, const int*, int, u16*, int, int); pairs_at holds cnt pair indices < pairs.
-            unsafe { launch.launch(rows_cfg(cnt)) }.doing(|| format!("launching exl3_gather_h for expert {e}"))?;
+            unsafe { launch.launch(grid1(cnt, ROW_THREADS)) }
+                .doing(|| format!("launching exl3_gather_h for expert {e}"))?;
             let jobs = ReconJobs { table: &self.table, ids: id_at, experts: self.count, count: 1 };
             launch_recon(
                 gpu,
@@ -219,7 +219,8 @@ impl Exl3Experts<'_, '_> {
                 .arg(&n_i)
                 .arg(&out_i);
             // SAFETY: arguments match exl3_scatter_rows(const float*, const int*, const Exl3Dev*, const int*, float*, int, int); y holds pairs × n.
-            unsafe { launch.launch(rows_cfg(cnt)) }.doing(|| format!("launching exl3_scatter_rows for expert {e}"))?;
+            unsafe { launch.launch(grid1(cnt, ROW_THREADS)) }
+                .doing(|| format!("launching exl3_scatter_rows for expert {e}"))?;
             at += cnt as u64;
         }
         Ok(y)

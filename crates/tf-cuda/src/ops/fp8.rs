@@ -2,10 +2,11 @@
 
 use super::{as_i32, check_len};
 use crate::error::DriverResultExt;
+use crate::launch::{grid, grid1};
 use crate::pool::PoolBuf;
 use crate::{Error, Gpu, kernels};
+use cudarc::driver::PushKernelArg;
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 /// Activation rows one `fp8_gemv` launch takes; more rows run as further launches of at most this many.
 pub const FP8_MAX_ROWS: usize = 8;
@@ -91,8 +92,7 @@ pub fn act_quant_fp8(
     }
     let groups = as_i32(OP, "groups", n / 32)?;
     let f = gpu.function(&kernels::ACT_QUANT.spec(&[]), OP)?;
-    let cfg =
-        LaunchConfig { grid_dim: ((n / 32).div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let cfg = grid1((n / 32).div_ceil(8), 256);
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x.dev()).arg(codes.dev_mut()).arg(scales.dev_mut()).arg(&groups);
     // SAFETY: arguments match `act_quant_fp8(const bf16*, u8*, float*, int)`; the buffers hold rows×k (checked).
@@ -154,8 +154,7 @@ pub fn fp8_gemv_with(
                 let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
                 f.set_attribute(max_smem, smem as i32)
                     .doing(|| format!("allowing {OP} {smem} bytes of shared memory"))?;
-                let grid = (n.div_ceil(32) as u32, 1, 1);
-                (f, LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: smem as u32 })
+                (f, grid((n.div_ceil(32), 1), 256, smem))
             }
             Fp8Kernel::Split { outs, unroll, warps } => {
                 if outs == 0 || outs * group > 32 || !(1..=8).contains(&unroll) || !(1..=32).contains(&warps) {
@@ -167,8 +166,7 @@ pub fn fp8_gemv_with(
                 defines.extend([("FP8S_OUTS", outs.to_string()), ("FP8S_UNROLL", unroll.to_string())]);
                 defines.push(("FP8S_WARPS", warps.to_string()));
                 let f = gpu.function(&kernels::FP8_GEMV.spec(&borrow(&defines)), "fp8_gemv_split")?;
-                let grid = (n.div_ceil(outs * warps) as u32, 1, 1);
-                (f, LaunchConfig { grid_dim: grid, block_dim: (32 * warps as u32, 1, 1), shared_mem_bytes: 0 })
+                (f, grid1(n.div_ceil(outs * warps), 32 * warps as u32))
             }
         };
         let (xq, xs) = (codes.dev().slice(r0 * k..), scales.dev().slice(r0 * (k / 32) * 4..));

@@ -3,7 +3,7 @@
 use super::kernels::SYNTH;
 use super::layer::{GAttn, GBlock, GCompressor, GHc, GIndexer, GMoe};
 use super::model::GpuModel;
-use super::ops::{Sum, grid};
+use super::ops::{Sum, strided};
 use super::weights::{Buf, Exl3Run, Experts4, Lin8, LinW, Mat};
 use crate::config::{Config, RopeKind, roles};
 use crate::model::Options;
@@ -51,13 +51,8 @@ struct Gen {
     exl3: Option<(usize, Exl3Run)>,
 }
 
-/// Threads per block and the grid-stride cap of the fill kernels.
+/// Threads per block of the grid-stride fill kernels.
 const THREADS: usize = 256;
-const MAX_BLOCKS: usize = 1 << 16;
-
-fn fill_grid(n: usize) -> cudarc::driver::LaunchConfig {
-    grid((n.div_ceil(THREADS).clamp(1, MAX_BLOCKS), 1), THREADS as u32, 0)
-}
 
 impl Gen {
     fn next_seed(&mut self) -> u64 {
@@ -75,7 +70,7 @@ impl Gen {
         let mut launch = self.gpu.stream().launch_builder(&f);
         launch.arg(&mut view).arg(&n_u).arg(&seed).arg(&kind).arg(&value);
         // SAFETY: arguments match `synth_bytes(u8*, u64, u64, int, int)`; b holds n bytes.
-        unsafe { launch.launch(fill_grid(n)) }.doing(|| format!("launching {ENTRY} on {n}"))?;
+        unsafe { launch.launch(strided(n, THREADS, THREADS as u32)) }.doing(|| format!("launching {ENTRY} on {n}"))?;
         Ok(b)
     }
 
@@ -89,7 +84,7 @@ impl Gen {
         let mut launch = self.gpu.stream().launch_builder(&f);
         launch.arg(&mut view).arg(&n_u).arg(&seed).arg(&lo).arg(&hi).arg(&as_bf16);
         // SAFETY: arguments match `synth_uniform(void*, u64, u64, float, float, int)`; b holds n values of that width.
-        unsafe { launch.launch(fill_grid(n)) }.doing(|| format!("launching {ENTRY} on {n}"))?;
+        unsafe { launch.launch(strided(n, THREADS, THREADS as u32)) }.doing(|| format!("launching {ENTRY} on {n}"))?;
         Ok(b)
     }
 

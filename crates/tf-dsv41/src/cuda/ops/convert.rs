@@ -1,6 +1,6 @@
 //! `f32_to_bf16` exactly as `tf_core::formats::to_bf16` (NaN payloads kept, made quiet); `exp_ln_1p` as `tf_core::ops::math`.
 
-use super::{In, Out, bytes, grid, need};
+use super::{In, Out, bytes, need, strided};
 use crate::cuda::kernels::CONVERT;
 use cudarc::driver::PushKernelArg;
 use tf_cuda::error::DriverResultExt;
@@ -8,8 +8,6 @@ use tf_cuda::{Error, Gpu};
 
 /// Threads per block of the grid-stride conversion.
 const THREADS: usize = 256;
-/// Enough blocks to fill any GPU; larger arrays loop.
-const MAX_BLOCKS: usize = 1 << 16;
 
 /// `y[i] = to_bf16(x[i])` for `n` f32 values into `n` bf16.
 pub fn f32_to_bf16(gpu: &Gpu, x: &In<'_>, y: &mut Out<'_>, n: usize) -> Result<(), Error> {
@@ -23,9 +21,8 @@ pub fn f32_to_bf16(gpu: &Gpu, x: &In<'_>, y: &mut Out<'_>, n: usize) -> Result<(
     let n_u = n as u64;
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(y).arg(&n_u);
-    let blocks = n.div_ceil(THREADS).min(MAX_BLOCKS);
     // SAFETY: arguments match `f32_to_bf16(const u32*, u16*, unsigned long long)`; x holds n f32 and y n bf16.
-    unsafe { launch.launch(grid((blocks, 1), THREADS as u32, 0)) }.doing(|| format!("launching {OP} on {n} values"))?;
+    unsafe { launch.launch(strided(n, THREADS, THREADS as u32)) }.doing(|| format!("launching {OP} on {n} values"))?;
     Ok(())
 }
 
@@ -43,8 +40,7 @@ pub fn exp_ln_1p(gpu: &Gpu, x: &In<'_>, e: &mut Out<'_>, l: &mut Out<'_>, n: usi
     let n_u = n as u64;
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(e).arg(l).arg(&n_u);
-    let blocks = n.div_ceil(THREADS).min(MAX_BLOCKS);
     // SAFETY: arguments match `exp_log1p(const float*, float*, float*, unsigned long long)`; each holds n f32.
-    unsafe { launch.launch(grid((blocks, 1), THREADS as u32, 0)) }.doing(|| format!("launching {OP} on {n} values"))?;
+    unsafe { launch.launch(strided(n, THREADS, THREADS as u32)) }.doing(|| format!("launching {OP} on {n} values"))?;
     Ok(())
 }

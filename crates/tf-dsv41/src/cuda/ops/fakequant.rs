@@ -1,6 +1,6 @@
 //! `qdq_fp8_pow2`, `qdq_fp4`: the forward's fake-quant points in place, bit-exact to `tf_core::formats`.
 
-use super::{Out, bytes, grid, int, need};
+use super::{Out, bytes, int, need, strided};
 use crate::cuda::kernels::FAKEQUANT;
 use cudarc::driver::PushKernelArg;
 use tf_core::formats::Fp4Scale;
@@ -10,8 +10,6 @@ use tf_cuda::{Error, Gpu};
 
 /// Warps per block; one warp owns a group.
 const WARPS: usize = 8;
-/// Enough blocks to fill any GPU; more groups loop.
-const MAX_BLOCKS: usize = 1 << 16;
 
 /// Checks `n` bf16 in `x` split into whole groups of `group`; returns the group count.
 fn groups_of(op: &'static str, x: &Out<'_>, n: usize, group: usize) -> Result<usize, Error> {
@@ -34,9 +32,8 @@ pub fn qdq_fp8_pow2(gpu: &Gpu, x: &mut Out<'_>, n: usize, group: usize) -> Resul
     let (g64, gi) = (groups as i64, group as i32);
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(&g64).arg(&gi).arg(&FP8_MAX_INV).arg(&FP8_AMAX_FLOOR);
-    let blocks = groups.div_ceil(WARPS).min(MAX_BLOCKS);
     // SAFETY: arguments match `qdq_fp8_pow2(u16*, long long, int, float, float)`; x holds groups × group bf16.
-    unsafe { launch.launch(grid((blocks, 1), (WARPS * 32) as u32, 0)) }
+    unsafe { launch.launch(strided(groups, WARPS, (WARPS * 32) as u32)) }
         .doing(|| format!("launching {OP} on {n} values"))?;
     Ok(())
 }
@@ -56,9 +53,8 @@ pub fn qdq_fp4(gpu: &Gpu, x: &mut Out<'_>, n: usize, group: usize, kind: Fp4Scal
     let (g64, gi) = (groups as i64, group as i32);
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(&g64).arg(&gi).arg(&e8m0).arg(&FP4_MAX_INV).arg(&floor);
-    let blocks = groups.div_ceil(WARPS).min(MAX_BLOCKS);
     // SAFETY: arguments match `qdq_fp4(u16*, long long, int, int, float, float)`; x holds groups × group bf16.
-    unsafe { launch.launch(grid((blocks, 1), (WARPS * 32) as u32, 0)) }
+    unsafe { launch.launch(strided(groups, WARPS, (WARPS * 32) as u32)) }
         .doing(|| format!("launching {OP} on {n} values"))?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `hc_mixes`, `hc_pre`, `hc_post`: the mHC site (dsv41 §8) as `crate::mhc` computes it.
 
-use super::{In, Out, bytes, grid, int, need};
+use super::{In, Out, bytes, grid, grid1, int, need};
 use crate::cuda::kernels::MHC;
 use crate::linear::Norm;
 use cudarc::driver::PushKernelArg;
@@ -77,8 +77,7 @@ pub fn hc_mixes(
         let wide = i32::from(norm.sums == SumOrder::Lanes32);
         launch.arg(&mut ss_out).arg(x).arg(&rows_i).arg(&width_i).arg(&wide);
         // SAFETY: arguments match `hc_squares(f32*, const u16*, int, int, int)`; sizes checked above.
-        unsafe { launch.launch(grid((rows, 1), 32, 0)) }
-            .doing(|| format!("launching {OP} (squares) on {rows} rows"))?;
+        unsafe { launch.launch(grid1(rows, 32)) }.doing(|| format!("launching {OP} (squares) on {rows} rows"))?;
     }
     let ss_view = ss.view();
     let sinkhorn = gpu.function(&MHC.spec(&[]), "hc_sinkhorn")?;
@@ -95,7 +94,7 @@ pub fn hc_mixes(
         .arg(&eps)
         .arg(&hc_eps);
     // SAFETY: arguments match `hc_sinkhorn(f32*, const f32*, const f32*, const f32*, int, int, int, int, float, float)`; sizes checked above.
-    unsafe { launch.launch(grid((rows, 1), (MAX_HC * MAX_HC) as u32, 0)) }
+    unsafe { launch.launch(grid1(rows, (MAX_HC * MAX_HC) as u32)) }
         .doing(|| format!("launching {OP} (sinkhorn) on {rows} rows"))?;
     Ok(())
 }

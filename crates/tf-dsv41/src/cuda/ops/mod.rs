@@ -32,19 +32,6 @@ pub type In<'a> = CudaView<'a, u8>;
 /// A device output, written by the launch.
 pub type Out<'a> = CudaViewMut<'a, u8>;
 
-/// Fails naming `op` and the buffer unless it holds at least `need` bytes.
-pub(crate) fn need(op: &'static str, name: &str, have: usize, need: usize) -> Result<(), Error> {
-    if have >= need {
-        return Ok(());
-    }
-    Err(Error::Launch { op, what: format!("buffer `{name}` holds {have} bytes, needs {need}") })
-}
-
-/// `v` as a kernel's `int` argument, or an error naming it.
-pub(crate) fn int(op: &'static str, name: &str, v: usize) -> Result<i32, Error> {
-    i32::try_from(v).map_err(|_| Error::Launch { op, what: format!("{name} = {v} does not fit a 32-bit int") })
-}
-
 /// `a × b × …` in bytes, or an error naming the op when it overflows.
 pub(crate) fn bytes(op: &'static str, dims: &[usize]) -> Result<usize, Error> {
     dims.iter()
@@ -52,4 +39,4 @@ pub(crate) fn bytes(op: &'static str, dims: &[usize]) -> Result<usize, Error> {
         .ok_or_else(|| Error::Launch { op, what: format!("{dims:?} overflows") })
 }
 
-pub(crate) use tf_cuda::grid;
+pub(crate) use tf_cuda::launch::{as_i32 as int, check_bytes as need, grid, grid1, strided};

@@ -1,6 +1,6 @@
 //! `route`, `swiglu`, `moe_combine`: the MoE (dsv41 §9) around its GEMVs, as `crate::moe` computes it.
 
-use super::{In, Out, bytes, grid, int, need};
+use super::{In, Out, bytes, grid, grid1, int, need};
 use crate::cuda::kernels::MOE;
 use cudarc::driver::PushKernelArg;
 use tf_cuda::error::DriverResultExt;
@@ -183,6 +183,6 @@ pub fn moe_with_shared(
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(ids).arg(weights).arg(ids2).arg(weights2).arg(&topk_i).arg(&shared_i);
     // SAFETY: arguments match `moe_with_shared(const int*, const float*, int*, float*, int, int)`; sizes checked above.
-    unsafe { launch.launch(grid((rows, 1), 32, 0)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+    unsafe { launch.launch(grid1(rows, 32)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `rope`: interleaved RoPE of bf16 heads in place, bit-exact to `attn::rope_bf16` (f32 math, bf16 out).
 
-use super::{In, Out, bytes, grid, int, need};
+use super::{In, Out, bytes, int, need, strided};
 use crate::cuda::kernels::ROPE;
 use crate::rope::Rope;
 use cudarc::driver::PushKernelArg;
@@ -9,8 +9,6 @@ use tf_cuda::{Error, Gpu};
 
 /// Threads per block of the grid-stride rotation.
 const THREADS: usize = 256;
-/// Enough blocks to fill any GPU; larger batches loop.
-const MAX_BLOCKS: usize = 1 << 16;
 
 /// The (cos, sin) table `[positions, rd/2, 2]` of `rope` at each position, from the CPU's own f32 `cos`/`sin`.
 pub fn rope_table(rope: &Rope, positions: &[usize]) -> Vec<f32> {
@@ -41,9 +39,8 @@ pub fn rope(
     let inverse_i = i32::from(inverse);
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(cs).arg(&rows_i).arg(&heads_i).arg(&d_i).arg(&rd_i).arg(&inverse_i);
-    let blocks = pairs.div_ceil(THREADS).min(MAX_BLOCKS);
     // SAFETY: arguments match `rope(u16*, const float*, int, int, int, int, int)`; sizes checked above.
-    unsafe { launch.launch(grid((blocks, 1), THREADS as u32, 0)) }
+    unsafe { launch.launch(strided(pairs, THREADS, THREADS as u32)) }
         .doing(|| format!("launching {OP} on {rows} rows × {heads} heads"))?;
     Ok(())
 }

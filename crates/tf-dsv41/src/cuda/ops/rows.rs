@@ -1,6 +1,6 @@
 //! `embed_rows` and `scatter_rows`: moving whole rows, no arithmetic.
 
-use super::{In, Out, bytes, grid, int, need};
+use super::{In, Out, bytes, grid1, int, need};
 use crate::cuda::kernels::ROWS;
 use cudarc::driver::PushKernelArg;
 use tf_cuda::error::DriverResultExt;
@@ -28,7 +28,7 @@ pub fn embed_rows(
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(ids).arg(table).arg(x).arg(&dim_i).arg(&hc_i);
     // SAFETY: arguments match `embed_rows(const int*, const u16*, u16*, int, int)`; sizes checked above.
-    unsafe { launch.launch(grid((rows, 1), 128, 0)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+    unsafe { launch.launch(grid1(rows, 128)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
     Ok(())
 }
 
@@ -55,6 +55,6 @@ pub fn scatter_rows(
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(src).arg(dst).arg(slots).arg(&words);
     // SAFETY: arguments match `scatter_rows(const u32*, u32*, const int*, int)`; the caller's slots are below dst_rows.
-    unsafe { launch.launch(grid((rows, 1), 128, 0)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+    unsafe { launch.launch(grid1(rows, 128)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
     Ok(())
 }
