@@ -29,7 +29,8 @@ fn main() {
     let windows: usize = args.get(3).map_or(64, |s| s.parse().expect("WINDOWS is a count"));
     let seq: usize = args.get(4).map_or(512, |s| s.parse().expect("SEQ is a count"));
     let opts = tf_dsv41::Options { replay: false, ..Default::default() };
-    let model = tf_dsv41::Model::load(Path::new(&args[1]), opts).expect("model loads");
+    let dir = tf_dsv41::gate_model::resolve(Path::new(&args[1])).expect("gate model expands");
+    let model = tf_dsv41::Model::load(&dir, opts).expect("model loads");
     let held = read_npy_u32(Path::new(&args[2]));
     let n = windows.min(((held.len() - 2) / seq).max(1));
     let span = (held.len() - seq - 2) as f64;

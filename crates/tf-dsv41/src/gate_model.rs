@@ -81,6 +81,11 @@ pub fn ensure(assets: &Path, cache_root: &Path) -> Result<PathBuf, GateModelErro
     Ok(dir)
 }
 
+/// A model directory to load: a compact gate model (it has `gate-model.json`) expands into the cache first.
+pub fn resolve(dir: &Path) -> Result<PathBuf, GateModelError> {
+    if dir.join("gate-model.json").is_file() { ensure(dir, &tf_core::cache_dir()) } else { Ok(dir.to_path_buf()) }
+}
+
 /// Writes the official layout of `compact_dir` into `out` and returns the shard's sha256.
 pub fn expand(compact_dir: &Path, out: &Path, want_sha: Option<&str>) -> Result<String, GateModelError> {
     let path = compact_dir.join("model.safetensors");

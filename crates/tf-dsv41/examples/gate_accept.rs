@@ -1,0 +1,45 @@
+//! `gate_accept MODEL_DIR HELDOUT_NPY [ANCHORS=64] [CTX=256]`: DSpark drafts against the model's own greedy tokens (what greedy verification accepts).
+use std::path::Path;
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    assert!((3..=5).contains(&args.len()), "usage: gate_accept MODEL_DIR HELDOUT_NPY [ANCHORS=64] [CTX=256]");
+    let anchors: usize = args.get(3).map_or(64, |s| s.parse().expect("ANCHORS is a count"));
+    let ctx: usize = args.get(4).map_or(256, |s| s.parse().expect("CTX is a count"));
+    let opts = tf_dsv41::Options { replay: false, ..Default::default() };
+    let dir = tf_dsv41::gate_model::resolve(Path::new(&args[1])).expect("gate model expands");
+    let model = tf_dsv41::Model::load(&dir, opts).expect("model loads");
+    let raw = std::fs::read(&args[2]).expect("held-out .npy reads");
+    // data_mix.py's held-out streams: a version-1 .npy header, then little-endian u32 ids.
+    let body = 10 + u16::from_le_bytes([raw[8], raw[9]]) as usize;
+    let held: Vec<u32> = raw[body..].chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
+    let block = model.cfg.dspark_block_size;
+    let (mut accepted, mut per_row) = (0usize, vec![0usize; block]);
+    for a in 0..anchors {
+        let span = held.len() - ctx - 1;
+        let start = if anchors == 1 { 0 } else { span * a / (anchors - 1) };
+        let prompt = &held[start..start + ctx];
+        let (mut st, mut verify) = (model.new_state(), model.new_state());
+        let next = argmax(&model.prefill(&mut st, prompt, true).unwrap().unwrap());
+        let drafts = model.draft(&mut st, next).unwrap().tokens;
+        // The target's own greedy continuation after `next`, from a state that never saw the drafts.
+        model.prefill(&mut verify, prompt, true).unwrap();
+        let (mut tok, mut run) = (next, true);
+        for (i, &d) in drafts.iter().enumerate() {
+            tok = argmax(&model.decode(&mut verify, &[tok]).unwrap().remove(0));
+            per_row[i] += usize::from(d == tok);
+            run &= d == tok;
+            accepted += usize::from(run);
+        }
+    }
+    let n = anchors as f64;
+    let rows: Vec<f64> = per_row.iter().map(|&c| c as f64 / n).collect();
+    println!(
+        "{}",
+        serde_json::json!({"anchors": anchors, "ctx": ctx, "block": block, "accepted_mean": accepted as f64 / n, "row_match": rows})
+    );
+}
