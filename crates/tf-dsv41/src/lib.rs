@@ -7,6 +7,7 @@ pub mod engram;
 pub mod error;
 pub mod family;
 pub mod gate_model;
+pub mod inventory;
 pub mod linear;
 pub mod mhc;
 pub mod model;
