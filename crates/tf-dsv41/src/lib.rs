@@ -16,6 +16,7 @@ pub mod plan;
 pub mod qlinear;
 pub mod rope;
 pub mod state;
+#[cfg(feature = "testkit")]
 pub mod tiny;
 pub mod tp;
 pub mod wquant;

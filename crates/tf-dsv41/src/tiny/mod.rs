@@ -1,4 +1,4 @@
-//! Deterministic synthetic dsv41 checkpoints in the official format (`cargo xtask make-tiny`); the inventory is `crate::inventory`.
+//! Deterministic synthetic dsv41 checkpoints in the official format (`cargo xtask make-tiny`): test support, behind `testkit`.
 
 mod configs;
 pub mod exl3;
