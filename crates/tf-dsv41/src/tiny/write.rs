@@ -2,9 +2,9 @@
 
 use super::configs::TinyKind;
 use super::init::generate;
+use super::tokenizer::{tiny_token_map, tokenizer_json};
 use crate::gate_model::deepseek_v4_assets;
 use crate::inventory::{Param, params};
-use super::tokenizer::{tiny_token_map, tokenizer_json};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
