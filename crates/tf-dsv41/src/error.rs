@@ -14,9 +14,6 @@ pub enum Error {
     /// The shipped gate model could not be expanded into the cache.
     #[error(transparent)]
     GateModel(#[from] crate::gate_model::GateModelError),
-    /// A synthetic checkpoint could not be written.
-    #[error(transparent)]
-    Tiny(#[from] crate::tiny::TinyError),
     /// A checkpoint directory that does not load.
     #[error("{dir}: {source}")]
     Load { dir: PathBuf, source: tf_core::Error },

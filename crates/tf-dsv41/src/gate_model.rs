@@ -24,9 +24,19 @@ pub enum GateModelError {
 
 /// The repository's gate model: `assets/gate-model` beside the sources, else under the working directory.
 pub fn gate_model_assets() -> PathBuf {
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/gate-model");
+    repo_assets("gate-model")
+}
+
+/// The repository's DeepSeek-V4 tokenizer and Engram token map, which the expanded gate model copies.
+pub fn deepseek_v4_assets() -> PathBuf {
+    repo_assets("deepseek-v4")
+}
+
+/// `assets/{name}` beside the sources, else under the working directory.
+fn repo_assets(name: &str) -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets").join(name);
     // A binary carried to another machine runs from a checkout's root, where the build path does not exist.
-    if built.is_dir() { built } else { PathBuf::from("assets/gate-model") }
+    if built.is_dir() { built } else { Path::new("assets").join(name) }
 }
 
 /// `assets/gate-model/gate-model.json`: what the compact file and its expansion hash to.
@@ -184,7 +194,7 @@ fn write_dir(
     let reference = inference.join("config.json");
     std::fs::write(&reference, serde_json::to_string_pretty(&cfg).expect("config serializes") + "\n")
         .map_err(io(&reference))?;
-    let assets = crate::tiny::deepseek_v4_assets();
+    let assets = deepseek_v4_assets();
     for (from, to) in [
         (hf, "config.json"),
         (assets.join("tokenizer.json"), "tokenizer.json"),

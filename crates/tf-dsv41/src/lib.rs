@@ -7,6 +7,7 @@ pub mod engram;
 pub mod error;
 pub mod family;
 pub mod gate_model;
+pub mod inventory;
 pub mod linear;
 pub mod mhc;
 pub mod model;
@@ -15,6 +16,7 @@ pub mod plan;
 pub mod qlinear;
 pub mod rope;
 pub mod state;
+#[cfg(feature = "testkit")]
 pub mod tiny;
 pub mod tp;
 pub mod wquant;

@@ -3,7 +3,8 @@
 use std::path::Path;
 use tf_core::{Checkpoint, DType};
 use tf_dsv41::Config;
-use tf_dsv41::tiny::{TinyKind, audit, expected_tensors, small_config, tiny_config, write_checkpoint};
+use tf_dsv41::inventory::{audit, expected_tensors};
+use tf_dsv41::tiny::{TinyKind, small_config, tiny_config, write_checkpoint};
 use tf_dsv41::wquant::{dequant_fp4, dequant_fp8_tiles};
 
 fn spec(cfg: &Config, name: &str) -> Option<(DType, Vec<usize>)> {
@@ -199,7 +200,7 @@ fn small_checkpoint_uses_the_deepseek_v4_tokenizer() {
     let dir = tempfile::tempdir().unwrap();
     let t = std::time::Instant::now();
     write_and_check(TinyKind::Small, 0, dir.path());
-    let assets = tf_dsv41::tiny::deepseek_v4_assets();
+    let assets = tf_dsv41::gate_model::deepseek_v4_assets();
     let same = |a: &str, b: &str| std::fs::read(dir.path().join(a)).unwrap() == std::fs::read(assets.join(b)).unwrap();
     assert!(same("tokenizer.json", "tokenizer.json") && same("engram_token_map.u32", "token_map.u32"));
     eprintln!("small checkpoint written and checked in {:?}", t.elapsed());

@@ -1,7 +1,8 @@
 //! TP split rules: heads in whole `wo_a` groups, every split tensor tiled exactly by its ranks, replicated bytes counted per rank.
 
 use tf_dsv41::Config;
-use tf_dsv41::tiny::{TinyKind, params};
+use tf_dsv41::inventory::params;
+use tf_dsv41::tiny::TinyKind;
 use tf_dsv41::tp::{ExpertSplit, Limits, Part, WeightFormat, budget, head_ranges, part, part_bytes, partition};
 
 fn configs() -> Vec<(&'static str, Config)> {

@@ -13,6 +13,11 @@ pub enum Error {
     Core(#[from] tf_core::Error),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// No `--model` and no shipped gate model in this checkout.
+    #[error(
+        "no --model given and the shipped gate model is missing ({manifest} not found): pass --model DIR or restore assets/gate-model"
+    )]
+    NoGateModel { manifest: PathBuf },
     #[error("bind {addr}: {source}")]
     Bind { addr: String, source: std::io::Error },
     /// The async runtime or the listening socket.

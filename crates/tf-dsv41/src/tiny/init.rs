@@ -1,7 +1,7 @@
 //! Synthetic values for each parameter, with the released checkpoint's statistics (spec §18), in storage format.
 
-use super::inventory::{Param, Store};
 use super::rng::SplitMix64;
+use crate::inventory::{Param, Store};
 use crate::wquant::{quant_fp4, quant_fp8_rows, quant_fp8_tiles};
 use tf_core::formats::f32_to_bf16_bits;
 use tf_core::{DType, Tensor};

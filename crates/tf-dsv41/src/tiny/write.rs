@@ -2,8 +2,9 @@
 
 use super::configs::TinyKind;
 use super::init::generate;
-use super::inventory::{Param, params};
 use super::tokenizer::{tiny_token_map, tokenizer_json};
+use crate::gate_model::deepseek_v4_assets;
+use crate::inventory::{Param, params};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -25,13 +26,6 @@ pub struct Written {
     pub n_tensors: usize,
     /// Bytes of tensor data over all shards (the index's `total_size`).
     pub tensor_bytes: u64,
-}
-
-/// The repository's DeepSeek-V4 tokenizer assets.
-pub fn deepseek_v4_assets() -> PathBuf {
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/deepseek-v4");
-    // A binary carried to another machine runs from a checkout's root, where the build path does not exist.
-    if built.is_dir() { built } else { PathBuf::from("assets/deepseek-v4") }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TinyError + '_ {

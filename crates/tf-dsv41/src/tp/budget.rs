@@ -3,7 +3,7 @@
 use super::{ExpertSplit, Part, head_ranges, part, part_bytes};
 use crate::Config;
 use crate::config::roles;
-use crate::tiny::{Param, Store, params};
+use crate::inventory::{Param, Store, params};
 
 /// How the FP8/FP4 linears are stored.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -5,7 +5,7 @@ mod budget;
 pub use budget::{Budget, Limits, WeightFormat, budget};
 
 use crate::Config;
-use crate::tiny::{Param, Store};
+use crate::inventory::{Param, Store};
 use std::ops::Range;
 
 /// FP4 and FP8 scales cover 32 values: width splits cut at multiples of 32 so every rank's scales are its own.

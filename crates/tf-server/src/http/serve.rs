@@ -80,34 +80,24 @@ impl Default for ServeConfig {
     }
 }
 
-/// The model used with no `--model`: the shipped gate model (expanded into the cache on first run), else the small synthetic one.
+/// The model used with no `--model`: the shipped gate model, expanded into the cache on first run.
 pub fn default_model() -> Result<PathBuf, Error> {
-    let assets = tf_dsv41::gate_model::gate_model_assets();
-    if assets.join("gate-model.json").is_file() {
-        let t = std::time::Instant::now();
-        let dir = tf_dsv41::gate_model::ensure(&assets, &tf_core::cache_dir()).map_err(tf_dsv41::Error::from)?;
-        tracing::info!(dir = %dir.display(), seconds = t.elapsed().as_secs_f32(), "gate model ready");
-        return Ok(dir);
-    }
-    tracing::warn!(assets = %assets.display(), "no gate model in this checkout: using the small synthetic model");
-    let dir = tf_core::cache_dir().join("dsv41-small-seed0");
-    ensure_small_model(&dir)?;
+    default_model_in(&tf_dsv41::gate_model::gate_model_assets(), &tf_core::cache_dir())
+}
+
+/// [`default_model`] from gate-model `assets`, expanded under `cache_root`.
+pub fn default_model_in(assets: &Path, cache_root: &Path) -> Result<PathBuf, Error> {
+    require_gate_model(assets)?;
+    let t = std::time::Instant::now();
+    let dir = tf_dsv41::gate_model::ensure(assets, cache_root).map_err(tf_dsv41::Error::from)?;
+    tracing::info!(dir = %dir.display(), seconds = t.elapsed().as_secs_f32(), "gate model ready");
     Ok(dir)
 }
 
-/// Writes the small synthetic dsv41 checkpoint on first use, reporting progress on stderr.
-fn ensure_small_model(dir: &Path) -> Result<(), Error> {
-    if dir.join("model.safetensors.index.json").is_file() {
-        return Ok(());
-    }
-    tracing::info!(dir = %dir.display(), "writing the small synthetic dsv41 model (first run only)");
-    let t = std::time::Instant::now();
-    let tmp = dir.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&tmp);
-    tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Small, 0, &tmp).map_err(tf_dsv41::Error::from)?;
-    std::fs::rename(&tmp, dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
-    tracing::info!(seconds = t.elapsed().as_secs_f32(), "model written");
-    Ok(())
+/// Fails naming the manifest when the checkout has no gate model.
+fn require_gate_model(assets: &Path) -> Result<(), Error> {
+    let manifest = assets.join("gate-model.json");
+    if manifest.is_file() { Ok(()) } else { Err(Error::NoGateModel { manifest }) }
 }
 
 /// Loads tokenizer and model from a checkpoint directory and starts its lane host (`graphs`: CUDA graph decode steps).
@@ -200,6 +190,10 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
 
 /// `tf serve`: binds `host:port` and serves until Ctrl-C.
 pub fn run(cfg: ServeConfig) -> Result<(), Error> {
+    // Said before binding: otherwise the server would listen, then exit when the background load fails.
+    if cfg.model_dir.is_none() {
+        require_gate_model(&tf_dsv41::gate_model::gate_model_assets())?;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
