@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # Builds the GPU self-check into gpu-carry/ (git-ignored) for the GPU machine: run here, installs nothing; see scripts/gpu-check.sh.
+# TF_CARRY picks what goes in (a call carries the tree, 46 MB with the gate model, plus this, under 64 MiB):
+# checks (default: the three self-checks), gate (xtask, for gpu-gate*.sh), bench (tf-dsv41-gpu-bench), or a space list of them.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 carry="$root/gpu-carry"
-bins=(tf-gpu-check)
-cargo build --release --locked -p tf-cuda $(printf -- '--bin %s ' "${bins[@]}")
-cargo build --release --locked -p tf-exl3 --bin tf-exl3-gpu-check; bins+=(tf-exl3-gpu-check)
-cargo build --release --locked -p tf-dsv41 --features testkit --bin tf-dsv41-gpu-check --bin tf-dsv41-gpu-bench; bins+=(tf-dsv41-gpu-check tf-dsv41-gpu-bench)
-cargo build --release --locked -p xtask; bins+=(xtask)
+bins=()
+for part in ${TF_CARRY:-checks}; do
+  case "$part" in
+    checks)
+      cargo build --release --locked -p tf-cuda --bin tf-gpu-check
+      cargo build --release --locked -p tf-exl3 --bin tf-exl3-gpu-check
+      cargo build --release --locked -p tf-dsv41 --features testkit --bin tf-dsv41-gpu-check
+      bins+=(tf-gpu-check tf-exl3-gpu-check tf-dsv41-gpu-check) ;;
+    gate) cargo build --release --locked -p xtask; bins+=(xtask) ;;
+    bench) cargo build --release --locked -p tf-dsv41 --features testkit --bin tf-dsv41-gpu-bench; bins+=(tf-dsv41-gpu-bench) ;;
+    *) echo "gpu-build: TF_CARRY: \`$part\` is not checks, gate or bench" >&2; exit 2 ;;
+  esac
+done
 rm -rf "$carry"
 mkdir -p "$carry"
 for b in "${bins[@]}"; do
@@ -25,9 +35,11 @@ for b in "${bins[@]}"; do
   echo "gpu-build: $b needs at most $glibc; ldd:"
   ldd "$carry/$b" | sed 's/^/  /'
 done
-# CUDA headers for NVRTC, used there only if the toolkit lacks them (gpu-check.sh decides).
+# CUDA headers for NVRTC, only with TF_CARRY_HEADERS=1: the GPU machine's CUDA 13.0 toolkit has them (gpu-env.sh decides).
 headers="$root/target/nvrtc/nvidia/cu13/include"
-if [[ -f "$headers/cuda_bf16.h" ]]; then
+if [[ ${TF_CARRY_HEADERS:-0} != 1 ]]; then
+  :
+elif [[ -f "$headers/cuda_bf16.h" ]]; then
   cp -r "$headers" "$carry/include"
 else
   echo "gpu-build: no pinned headers in $headers (scripts/install-nvrtc.sh puts them there); carrying none" >&2
@@ -38,8 +50,9 @@ fi
   (cd "$carry" && sha256sum "${bins[@]}")
 } >"$carry/MANIFEST"
 size_kib="$(du -sk "$carry" | cut -f1)"
-if ((size_kib > 60 * 1024)); then
-  echo "gpu-build: gpu-carry is ${size_kib} KiB, over the 64 MiB a device call can carry" >&2
+tree_kib="$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -ck 2>/dev/null | tail -1 | cut -f1)"
+if ((size_kib + tree_kib > 62 * 1024)); then
+  echo "gpu-build: tree ${tree_kib} KiB + gpu-carry ${size_kib} KiB is too near the 64 MiB a device call carries; carry less (TF_CARRY)" >&2
   exit 1
 fi
 cat "$carry/MANIFEST"
