@@ -258,10 +258,7 @@ fn score_on(dir: &Path, a: &Args, sw: Switches, prompts: &[Prompt]) -> Result<Ta
 /// Runs the gate and writes its receipt; the verdict is `pass`, `fail`, or `no verdict: …` off the gate model.
 pub fn gate(a: &Args) -> Result<Value, String> {
     let sw = Switches::parse(&a.candidate).map_err(|e| format!("usage: --candidate: {e}"))?;
-    let dir = match &a.model {
-        Some(d) => d.clone(),
-        None => tf_server::http::serve::default_model().map_err(|e| e.to_string())?,
-    };
+    let dir = tf_server::http::serve::model_dir(a.model.as_deref()).map_err(|e| e.to_string())?;
     let th_json: Value = serde_json::from_str(
         &std::fs::read_to_string(&a.thresholds).map_err(|e| format!("{}: {e}", a.thresholds.display()))?,
     )

@@ -115,7 +115,7 @@ pub fn prompt_ids(tok: &Tokenizer, text: &str, bos: u32) -> Result<Vec<u32>> {
 
 /// Runs `tf generate`, writing text to `out` as it is decoded.
 pub fn run(args: &Args, out: &mut impl std::io::Write) -> Result<Stats, crate::Error> {
-    let dir = args.model.clone().map_or_else(crate::http::serve::default_model, Ok)?;
+    let dir = crate::http::serve::model_dir(args.model.as_deref())?;
     if !dir.is_dir() {
         return Err(Error::Invalid(format!("{}: not a model directory (no such directory)", dir.display())).into());
     }

@@ -85,6 +85,14 @@ pub fn default_model() -> Result<PathBuf, Error> {
     default_model_in(&tf_dsv41::gate_model::gate_model_assets(), &tf_core::cache_dir())
 }
 
+/// The directory to load for `--model`: none is the shipped gate model, a compact gate model (`--model assets/gate-model`) its expansion.
+pub fn model_dir(given: Option<&Path>) -> Result<PathBuf, Error> {
+    match given {
+        None => default_model(),
+        Some(dir) => Ok(tf_dsv41::gate_model::resolve(dir).map_err(tf_dsv41::Error::from)?),
+    }
+}
+
 /// [`default_model`] from gate-model `assets`, expanded under `cache_root`.
 pub fn default_model_in(assets: &Path, cache_root: &Path) -> Result<PathBuf, Error> {
     require_gate_model(assets)?;
@@ -152,7 +160,7 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
     let state = Arc::new(AppState::new(model_id, cfg.api_key.clone()));
     let loader = state.clone();
     tokio::task::spawn_blocking(move || {
-        let loaded = cfg.model_dir.clone().map_or_else(default_model, Ok).and_then(|dir| {
+        let loaded = model_dir(cfg.model_dir.as_deref()).and_then(|dir| {
             load_engine(
                 &dir,
                 cfg.limits,
