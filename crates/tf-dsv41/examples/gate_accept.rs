@@ -1,6 +1,9 @@
 //! `gate_accept MODEL_DIR HELDOUT_NPY [ANCHORS=64] [CTX=256]`: DSpark drafts against the model's own greedy tokens (what greedy verification accepts).
 use std::path::Path;
 
+#[path = "common/npy.rs"]
+mod npy;
+
 fn argmax(v: &[f32]) -> u32 {
     v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
 }
@@ -13,10 +16,7 @@ fn main() {
     let opts = tf_dsv41::Options { replay: false, ..Default::default() };
     let dir = tf_dsv41::gate_model::resolve(Path::new(&args[1])).expect("gate model expands");
     let model = tf_dsv41::Model::load(&dir, opts).expect("model loads");
-    let raw = std::fs::read(&args[2]).expect("held-out .npy reads");
-    // data_mix.py's held-out streams: a version-1 .npy header, then little-endian u32 ids.
-    let body = 10 + u16::from_le_bytes([raw[8], raw[9]]) as usize;
-    let held: Vec<u32> = raw[body..].chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
+    let held = npy::read_u32(Path::new(&args[2]));
     let block = model.cfg.dspark_block_size;
     let (mut accepted, mut per_row) = (0usize, vec![0usize; block]);
     for a in 0..anchors {

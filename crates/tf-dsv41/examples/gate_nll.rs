@@ -1,20 +1,8 @@
 //! `gate_nll MODEL_DIR HELDOUT_NPY [WINDOWS] [SEQ]`: held-out NLL of the Rust CPU forward on train.py's evaluation windows.
 use std::path::Path;
 
-/// A 1-D little-endian u32 `.npy` (what data_mix.py writes), read without a numpy crate for one example.
-fn read_npy_u32(path: &Path) -> Vec<u32> {
-    let raw = std::fs::read(path).expect("held-out .npy reads");
-    assert!(raw.starts_with(b"\x93NUMPY"), "{}: not a .npy file", path.display());
-    let (len_at, hdr_at) = if raw[6] == 1 { (8, 10) } else { (8, 12) };
-    let hlen = if raw[6] == 1 {
-        u16::from_le_bytes([raw[len_at], raw[len_at + 1]]) as usize
-    } else {
-        u32::from_le_bytes(raw[len_at..len_at + 4].try_into().unwrap()) as usize
-    };
-    let header = std::str::from_utf8(&raw[hdr_at..hdr_at + hlen]).expect("npy header is text");
-    assert!(header.contains("'<u4'") && !header.contains("True"), "{}: want a 1-D '<u4' array", path.display());
-    raw[hdr_at + hlen..].chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect()
-}
+#[path = "common/npy.rs"]
+mod npy;
 
 /// f64 log-sum-exp of one logits row minus the target's logit: the row's NLL.
 fn row_nll(row: &[f32], target: u32) -> f64 {
@@ -31,7 +19,7 @@ fn main() {
     let opts = tf_dsv41::Options { replay: false, ..Default::default() };
     let dir = tf_dsv41::gate_model::resolve(Path::new(&args[1])).expect("gate model expands");
     let model = tf_dsv41::Model::load(&dir, opts).expect("model loads");
-    let held = read_npy_u32(Path::new(&args[2]));
+    let held = npy::read_u32(Path::new(&args[2]));
     let n = windows.min(((held.len() - 2) / seq).max(1));
     let span = (held.len() - seq - 2) as f64;
     let (mut total, mut count) = (0.0f64, 0usize);
