@@ -1,22 +1,14 @@
 //! `gate_accept MODEL_DIR HELDOUT_NPY [ANCHORS=64] [CTX=256]`: DSpark drafts against the model's own greedy tokens (what greedy verification accepts).
-use std::path::Path;
 
-#[path = "common/npy.rs"]
-mod npy;
+#[path = "common/held.rs"]
+mod held;
 
 fn argmax(v: &[f32]) -> u32 {
     v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    assert!((3..=5).contains(&args.len()), "usage: gate_accept MODEL_DIR HELDOUT_NPY [ANCHORS=64] [CTX=256]");
-    let anchors: usize = args.get(3).map_or(64, |s| s.parse().expect("ANCHORS is a count"));
-    let ctx: usize = args.get(4).map_or(256, |s| s.parse().expect("CTX is a count"));
-    let opts = tf_dsv41::Options { replay: false, ..Default::default() };
-    let dir = tf_dsv41::gate_model::resolve(Path::new(&args[1])).expect("gate model expands");
-    let model = tf_dsv41::Model::load(&dir, opts).expect("model loads");
-    let held = npy::read_u32(Path::new(&args[2]));
+    let (model, held, anchors, ctx) = held::open("gate_accept MODEL_DIR HELDOUT_NPY [ANCHORS=64] [CTX=256]", (64, 256));
     let block = model.cfg.dspark_block_size;
     let (mut accepted, mut per_row) = (0usize, vec![0usize; block]);
     for a in 0..anchors {

@@ -1,8 +1,7 @@
 //! `gate_nll MODEL_DIR HELDOUT_NPY [WINDOWS] [SEQ]`: held-out NLL of the Rust CPU forward on train.py's evaluation windows.
-use std::path::Path;
 
-#[path = "common/npy.rs"]
-mod npy;
+#[path = "common/held.rs"]
+mod held;
 
 /// f64 log-sum-exp of one logits row minus the target's logit: the row's NLL.
 fn row_nll(row: &[f32], target: u32) -> f64 {
@@ -12,14 +11,7 @@ fn row_nll(row: &[f32], target: u32) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    assert!((3..=5).contains(&args.len()), "usage: gate_nll MODEL_DIR HELDOUT_NPY [WINDOWS=64] [SEQ=512]");
-    let windows: usize = args.get(3).map_or(64, |s| s.parse().expect("WINDOWS is a count"));
-    let seq: usize = args.get(4).map_or(512, |s| s.parse().expect("SEQ is a count"));
-    let opts = tf_dsv41::Options { replay: false, ..Default::default() };
-    let dir = tf_dsv41::gate_model::resolve(Path::new(&args[1])).expect("gate model expands");
-    let model = tf_dsv41::Model::load(&dir, opts).expect("model loads");
-    let held = npy::read_u32(Path::new(&args[2]));
+    let (model, held, windows, seq) = held::open("gate_nll MODEL_DIR HELDOUT_NPY [WINDOWS=64] [SEQ=512]", (64, 512));
     let n = windows.min(((held.len() - 2) / seq).max(1));
     let span = (held.len() - seq - 2) as f64;
     let (mut total, mut count) = (0.0f64, 0usize);
