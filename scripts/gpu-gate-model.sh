@@ -10,6 +10,7 @@ q=.gate-quality
 if [[ -d $q ]]; then
   # Three threads a job, so the CPU jobs leave cores to the GPU work beside them.
   export RAYON_NUM_THREADS=3 TF_CACHE_DIR="${TF_CACHE_DIR:-/tmp/tf-cache}"
+  # One short run expands the model once, before four jobs would each write the same 165 MB.
   $q/gate_accept assets/gate-model "$q/heldout.npy" 1 16 >/dev/null || exit 3
   t="${TF_QUALITY_TIMEOUT:-300}"
   for s in heldout heldout_python heldout_prose; do

@@ -3,7 +3,7 @@
 use serde_json::Value;
 use std::path::Path;
 use tf_dsv41::attn::Quirks;
-use tf_dsv41::gate_model::{Manifest, ensure, gate_model_assets};
+use tf_dsv41::gate_model::{Manifest, gate_model_assets, resolve};
 use tf_dsv41::{Model, Options};
 
 fn json(path: &Path) -> Value {
@@ -50,7 +50,7 @@ fn exact_path_is_within_the_noise_floor_of_deepseeks_reference() {
     assert_eq!(th["gate_model"].as_str(), Some(manifest.expanded_sha256.as_str()), "thresholds not declared for it");
     let (max_kl, min_agree) = (th["max_kl_mean"].as_f64().unwrap(), th["min_greedy_agreement"].as_f64().unwrap());
 
-    let dir = ensure(&assets, &tf_core::cache_dir()).unwrap();
+    let dir = resolve(&assets).unwrap();
     let quirks = Quirks { stale_index_keys: false };
     let model = Model::load(&dir, Options { replay: false, quirks, ..Options::default() }).unwrap();
     let (mut rows, mut agree, mut kl_sum, mut kl_max) = (0usize, 0usize, 0.0f64, 0.0f64);
