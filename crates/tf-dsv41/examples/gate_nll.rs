@@ -40,5 +40,8 @@ fn main() {
     }
     let nll = total / count as f64;
     let by_512: Vec<f64> = by_pos.iter().map(|&(s, c)| s / c as f64).collect();
-    println!("{}", serde_json::json!({"windows": n, "seq": seq, "tokens": held.len(), "nll": nll, "ppl": nll.exp(), "nll_by_512": by_512}));
+    println!(
+        "{}",
+        serde_json::json!({"windows": n, "seq": seq, "tokens": held.len(), "nll": nll, "ppl": nll.exp(), "nll_by_512": by_512})
+    );
 }
