@@ -21,6 +21,7 @@ ROOT = HERE.parent.parent
 COMPARISONS = {
     "order": "head prefilled whole (one start_pos-0 call) vs fed token by token from position 0",
     "threads": "the same schedule (head prefilled whole) with torch threads {a} vs {b}",
+    "prefill": "every scored row from a decode step (head prefilled whole) vs from one prefill of the whole prompt",
 }
 
 
@@ -144,10 +145,11 @@ class Schedule:
         self.ref, self.whole, self.threads = ref, whole, threads
         self.seconds = 0.0
 
-    def head(self, ids: list[int]) -> np.ndarray:
+    def head(self, ids: list[int], head: int, upto: int) -> np.ndarray:
         """A fresh model fed ids[:head]; the logits for the position after it."""
         t = time.time()
         self.model = self.ref.fresh()
+        ids = ids[:head]
         if self.whole:
             row = call(self.model, self.ref.v41, ids, 0, self.threads)
         else:
@@ -163,6 +165,28 @@ class Schedule:
         return row
 
 
+class WholePrompt:
+    """The prompt through its last scored position in one start_pos-0 prefill; every scored row from its logits."""
+
+    def __init__(self, ref: Reference, threads: int):
+        self.ref, self.threads = ref, threads
+        self.seconds = 0.0
+
+    def head(self, ids: list[int], head: int, upto: int) -> np.ndarray:
+        t = time.time()
+        model = self.ref.fresh()
+        full = type(model.head).forward
+        # The reference's head returns only the last row; keep rows from the head's last position on (the scored ones).
+        model.head.forward = lambda x: full(model.head, x[:, head - 1:], full_logits=True)
+        self.rows = call(model, self.ref.v41, ids[:upto], 0, self.threads)
+        self.first = head - 1
+        self.seconds += time.time() - t
+        return self.rows[0]
+
+    def step(self, tok: int, pos: int) -> np.ndarray:
+        return self.rows[pos - self.first]
+
+
 def run(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
     """Teacher-forces every prompt through the base schedule and each compared one in lockstep; rows per comparison."""
     base = Schedule(ref, whole=True, threads=a.threads)
@@ -171,6 +195,8 @@ def run(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
         others["order"] = Schedule(ref, whole=False, threads=a.threads)
     if "threads" in a.compare:
         others["threads"] = Schedule(ref, whole=True, threads=a.threads_b)
+    if "prefill" in a.compare:
+        others["prefill"] = WholePrompt(ref, threads=a.threads)
     rows = {c: {} for c in others}
     left = a.max_positions if a.max_positions is not None else sys.maxsize
     for p in prompts:
@@ -184,8 +210,8 @@ def run(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
             left -= want
             continue
         t0 = time.time()
-        e = base.head(ids[:head])
-        got = {c: s.head(ids[:head]) for c, s in others.items()}
+        e = base.head(ids, head, head + want - 1)
+        got = {c: s.head(ids, head, head + want - 1) for c, s in others.items()}
         for i in range(want):
             if i:
                 pos = head + i - 1
@@ -221,9 +247,10 @@ def receipt(comparison: str, rows: dict, a, ref: Reference, ckpt: Path, sha: str
         "model": str(ckpt), "model_sha256": sha, "device": "cpu",
         "comparison": comparison,
         "exact": f"reference, head prefilled whole, decode steps after, {a.threads} torch thread(s)",
-        "candidate": (f"reference, head fed token by token from position 0, {a.threads} torch thread(s)"
-                      if comparison == "order" else
-                      f"reference, head prefilled whole, decode steps after, {threads_b} torch thread(s)"),
+        "candidate": {"order": f"reference, head fed token by token from position 0, {a.threads} torch thread(s)",
+                      "threads": f"reference, head prefilled whole, decode steps after, {threads_b} torch thread(s)",
+                      "prefill": f"reference, the prompt through its last scored position prefilled whole in one call, "
+                                 f"every row's logits, {a.threads} torch thread(s)"}[comparison],
         "description": COMPARISONS[comparison].format(a=a.threads, b=a.threads_b),
         "prefill_frac": a.prefill_frac, "window": 1, "max_positions": a.max_positions, "max_len": a.max_len,
         "prompts": str(a.prompts), "ids": str(a.ids) if a.ids else None, "skipped_prompts": skipped,
@@ -249,8 +276,8 @@ def receipt(comparison: str, rows: dict, a, ref: Reference, ckpt: Path, sha: str
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ckpt", type=Path, help="official-format checkpoint directory (the gate model); not with --merge")
-    ap.add_argument("--out", type=Path, required=True, help="output stem: writes STEM.order.json / STEM.threads.json")
-    ap.add_argument("--compare", default="order,threads", help="comma list of: order, threads")
+    ap.add_argument("--out", type=Path, required=True, help="output stem: writes STEM.COMPARISON.json")
+    ap.add_argument("--compare", default="order,threads", help="comma list of: order, threads, prefill")
     ap.add_argument("--prompts", type=Path, default=ROOT / "assets/gate/prompts.json", help="the gate's prompt set")
     ap.add_argument("--ids", type=Path,
                     help="JSON {prompts: [{name, ids}]}: token ids by prompt name (chats need it; wins over text)")
