@@ -129,7 +129,7 @@ impl Sample {
 }
 
 /// p50/p90/p99 (nearest rank), mean and count of `xs`.
-fn stats(mut xs: Vec<f64>) -> Value {
+pub(crate) fn stats(mut xs: Vec<f64>) -> Value {
     if xs.is_empty() {
         return json!({"n": 0});
     }
@@ -305,7 +305,7 @@ fn bench(o: &Options, args: &[String]) -> Result<bool, String> {
 }
 
 /// One progress line: redrawn in place on a terminal, a line of its own in a log.
-fn progress(line: &str) {
+pub(crate) fn progress(line: &str) {
     if std::io::stderr().is_terminal() {
         eprint!("\r{line}   ");
     } else {

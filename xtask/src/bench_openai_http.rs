@@ -32,11 +32,61 @@ impl Client {
     }
 
     fn post(&self, path: &str, body: &Value) -> Result<ureq::http::Response<ureq::Body>, String> {
+        self.post_bytes(path, body.to_string().as_bytes())
+    }
+
+    fn post_bytes(&self, path: &str, body: &[u8]) -> Result<ureq::http::Response<ureq::Body>, String> {
         let mut req = self.agent.post(&format!("{}{path}", self.base)).header("content-type", "application/json");
         if let Some(k) = &self.key {
             req = req.header("authorization", &format!("Bearer {k}"));
         }
-        req.send(body.to_string().as_bytes()).map_err(|e| format!("POST {path}: {e}"))
+        req.send(body).map_err(|e| format!("POST {path}: {e}"))
+    }
+
+    /// One plain POST of raw bytes: its status and body text; a transport failure is an `Err`.
+    pub fn post_text(&self, path: &str, body: &[u8]) -> Result<(u16, String), String> {
+        let mut r = self.post_bytes(path, body)?;
+        let status = r.status().as_u16();
+        let text = r.body_mut().read_to_string().map_err(|e| format!("POST {path}: reading the reply: {e}"))?;
+        Ok((status, text))
+    }
+
+    /// A GET: its status, body text and seconds taken; a transport failure is an `Err`.
+    pub fn get_text(&self, path: &str) -> Result<(u16, String, f64), String> {
+        let t = Instant::now();
+        let mut req = self.agent.get(&format!("{}{path}", self.base));
+        if let Some(k) = &self.key {
+            req = req.header("authorization", &format!("Bearer {k}"));
+        }
+        let mut r = req.call().map_err(|e| format!("GET {path}: {e}"))?;
+        let text = r.body_mut().read_to_string().map_err(|e| format!("GET {path}: {e}"))?;
+        Ok((r.status().as_u16(), text, t.elapsed().as_secs_f64()))
+    }
+
+    /// Sends a streamed request and hangs up once the first generated chunk arrives (the connection closes with it).
+    pub fn stream_then_hang_up(&self, path: &str, body: &Value) -> Result<(), String> {
+        let mut r = self.post(path, body)?;
+        if r.status().as_u16() != 200 {
+            let status = r.status().as_u16();
+            let text = r.body_mut().read_to_string().unwrap_or_default();
+            return Err(format!("HTTP {status}: {}", text.chars().take(300).collect::<String>()));
+        }
+        let mut lines = BufReader::new(r.body_mut().as_reader());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if lines.read_line(&mut line).map_err(|e| format!("reading the stream: {e}"))? == 0 {
+                return Err("the stream ended without [DONE]".into());
+            }
+            let Some(data) = line.trim_end().strip_prefix("data:").map(str::trim_start) else { continue };
+            if data == "[DONE]" {
+                return Ok(());
+            }
+            let v: Value = serde_json::from_str(data).map_err(|e| format!("bad SSE chunk ({e}): {data}"))?;
+            if v["choices"].as_array().is_some_and(|cs| cs.iter().any(has_text)) {
+                return Ok(());
+            }
+        }
     }
 
     /// The first model `/v1/models` lists.

@@ -11,6 +11,7 @@ mod gate_model;
 mod gate_stats;
 mod lean_check;
 mod make_tiny;
+mod soak;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -32,7 +33,10 @@ commands:
   lean-check [--root DIR] [--update-baseline]
       check the lean rules (file length, one-line comments) against lean-baseline.txt
   make-tiny --out DIR [--config tiny|small] [--seed N]
-      write a deterministic synthetic dsv41 checkpoint in the official format";
+      write a deterministic synthetic dsv41 checkpoint in the official format
+  soak [--url URL] [--duration-s S] [--concurrency N] [--out FILE] ...
+      a timed mix of chats, streams, long prompts, cancels, tool calls and malformed bodies against any
+      OpenAI-compatible server: errors, lost requests, /health and memory over time (`soak --help`)";
 
 /// Exit status for bad command lines, distinct from a failed check.
 pub(crate) const USAGE_ERROR: u8 = 2;
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
         "gate-model" => gate_model::run(&rest),
         "lean-check" => lean_check::run(&rest),
         "make-tiny" => make_tiny::run(&rest),
+        "soak" => soak::run(&rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             ExitCode::SUCCESS

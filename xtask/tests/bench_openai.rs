@@ -1,23 +1,11 @@
 //! `cargo xtask bench openai` against our own server on the tiny model: the receipt's shape and sane numbers.
 
+mod common;
+
+use common::serve;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::process::Command;
-use std::time::{Duration, Instant};
-use tf_server::http::serve::{ServeConfig, spawn_loopback};
-
-/// Serves the tiny model on a free loopback port (as tf-server's tests do) and waits for `/health`.
-fn serve(dir: &std::path::Path) -> String {
-    tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, dir).unwrap();
-    let cfg = ServeConfig { model_dir: Some(dir.to_path_buf()), ..ServeConfig::default() };
-    let base = format!("http://{}", spawn_loopback(cfg).unwrap());
-    let t = Instant::now();
-    while ureq::get(&format!("{base}/health")).call().map(|r| r.status().as_u16()).unwrap_or(0) != 200 {
-        assert!(t.elapsed() < Duration::from_secs(60), "server never became healthy");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    base
-}
 
 #[test]
 fn bench_openai_measures_every_cell_against_our_server() {

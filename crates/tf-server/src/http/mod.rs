@@ -155,10 +155,21 @@ async fn health(State(s): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// Prometheus text format; empty until the model has loaded.
+/// Prometheus text format; the engine's metrics once the model has loaded, and the process's memory always.
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
-    let text = s.engine.get().map(|e| e.host.metrics().render()).unwrap_or_default();
+    let mut text = s.engine.get().map(|e| e.host.metrics().render()).unwrap_or_default();
+    if let Some(rss) = resident_bytes() {
+        text.push_str("# HELP process_resident_memory_bytes Resident memory size in bytes.\n");
+        text.push_str(&format!("# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {rss}\n"));
+    }
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// This process's resident set from /proc (Linux), under the name Prometheus' process collector uses; `None` elsewhere.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Response {
