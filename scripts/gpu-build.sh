@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the GPU self-check into gpu-carry/ (git-ignored) for the GPU machine: run here, installs nothing; see scripts/gpu-check.sh.
 # TF_CARRY picks what goes in (a call carries the tree, 46 MB with the gate model, plus this, under 64 MiB):
-# checks (default: the three self-checks), gate (xtask, for gpu-gate*.sh), bench (tf-dsv41-gpu-bench), or a space list of them.
+# checks (default: the three self-checks), gate (xtask, for gpu-gate*.sh), bench (tf-dsv41-gpu-bench), serve (tf and xtask, for
+# gpu-reliability.sh; with TF_CARRY_XZ=1 to fit), or a space list of them.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -16,7 +17,11 @@ for part in ${TF_CARRY:-checks}; do
       bins+=(tf-gpu-check tf-exl3-gpu-check tf-dsv41-gpu-check) ;;
     gate) cargo build --release --locked -p xtask; bins+=(xtask) ;;
     bench) cargo build --release --locked -p tf-dsv41 --features testkit --bin tf-dsv41-gpu-bench; bins+=(tf-dsv41-gpu-bench) ;;
-    *) echo "gpu-build: TF_CARRY: \`$part\` is not checks, gate or bench" >&2; exit 2 ;;
+    serve)
+      cargo build --release --locked -p tf-server --bin tf
+      cargo build --release --locked -p xtask
+      bins+=(tf xtask) ;;
+    *) echo "gpu-build: TF_CARRY: \`$part\` is not checks, gate, bench or serve" >&2; exit 2 ;;
   esac
 done
 rm -rf "$carry"
@@ -49,6 +54,10 @@ fi
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm), $(rustc --version)"
   (cd "$carry" && sha256sum "${bins[@]}")
 } >"$carry/MANIFEST"
+# TF_CARRY_XZ=1 carries the binaries xz-compressed (a third of their size); gpu-env.sh unpacks them there.
+if [[ ${TF_CARRY_XZ:-0} == 1 ]]; then
+  for b in "${bins[@]}"; do xz -T2 -6 -f "$carry/$b"; done
+fi
 size_kib="$(du -sk "$carry" | cut -f1)"
 tree_kib="$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -ck 2>/dev/null | tail -1 | cut -f1)"
 if ((size_kib + tree_kib > 62 * 1024)); then

@@ -8,3 +8,7 @@ export TF_CACHE_DIR
 if [[ ! -f "$cuda_lib/../include/cuda_bf16.h" && -f gpu-carry/include/cuda_bf16.h ]]; then
   export TF_CUDA_INCLUDE="$PWD/gpu-carry/include"
 fi
+# Binaries that gpu-build.sh carried xz-compressed (TF_CARRY_XZ=1), unpacked once beside their archives.
+for z in gpu-carry/*.xz; do
+  [[ -f $z && ! -x ${z%.xz} ]] && xz -dkf "$z" && chmod +x "${z%.xz}"
+done

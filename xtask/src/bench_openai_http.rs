@@ -101,6 +101,26 @@ impl Client {
         v["data"][0]["id"].as_str().map(String::from).ok_or_else(|| format!("GET /v1/models lists no model: {text}"))
     }
 
+    /// The first model's `max_model_len` (vLLM's and our `/v1/models` field), when the server says.
+    pub fn max_model_len(&self) -> Option<u64> {
+        let (_, text, _) = self.get_text("/v1/models").ok()?;
+        serde_json::from_str::<Value>(&text).ok()?["data"][0]["max_model_len"].as_u64()
+    }
+
+    /// The ids of `text` from `/tokenize` (ours and vLLM's shape: `tokens`), or `None` when the server has none.
+    pub fn tokenize(&self, model: &str, text: &str) -> Option<Vec<u32>> {
+        let (status, reply) =
+            self.post_text("/tokenize", json!({"model": model, "prompt": text}).to_string().as_bytes()).ok()?;
+        let v: Value = serde_json::from_str(&reply).ok().filter(|_| status == 200)?;
+        v["tokens"].as_array()?.iter().map(|t| t.as_u64().map(|t| t as u32)).collect()
+    }
+
+    /// A plain POST of JSON: status and parsed reply (a non-JSON reply becomes a JSON string).
+    pub fn post_json(&self, path: &str, body: &Value) -> Result<(u16, Value), String> {
+        let (status, text) = self.post_text(path, body.to_string().as_bytes())?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+    }
+
     /// The token count of `text` from `/tokenize` (ours and vLLM's shape), or `None` when the server has none.
     pub fn count_tokens(&self, model: &str, text: &str) -> Option<u64> {
         let mut r = self.post("/tokenize", &json!({"model": model, "prompt": text})).ok()?;

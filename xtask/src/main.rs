@@ -6,6 +6,7 @@ mod bench_engram_reuse;
 mod bench_openai;
 mod bench_openai_http;
 mod bench_openai_prompts;
+mod check;
 mod gate;
 mod gate_model;
 mod gate_stats;
@@ -24,6 +25,9 @@ commands:
       cpu: the matmul, qgemm and fp4 benchmarks; gpu: build gpu-carry/ and run (or explain) scripts/gpu-check.sh
   bench openai [--url URL] [--prompt-tokens 2048,8192] [--concurrency 1,2,4,8] [--kinds prose,code,structured] [--out FILE] ...
       TTFT, prefill and decode tok/s with p50/p90/p99 against any OpenAI-compatible server (`bench openai --help`)
+  check sweep|invariance|divergence [--url URL] [--out FILE] ...
+      a prompt-length sweep; concurrent == solo and resumed == fresh bit for bit; first divergence from a
+      reference server; against any OpenAI-compatible server (`check --help`)
   gate --candidate SWITCHES [--model DIR] [--device cpu|cuda[:N]] [--prompts FILE] [--thresholds FILE]
        [--prefill-frac F] [--window N] [--max-positions N] [--out FILE] [--dump-ids FILE]
       the exact path and a candidate (exact, wide-sums, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs)
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
     let rest: Vec<String> = args.collect();
     match command.as_str() {
         "bench" => bench::run(&rest),
+        "check" => check::run(&rest),
         "gate" => gate::run(&rest),
         "gate-model" => gate_model::run(&rest),
         "lean-check" => lean_check::run(&rest),
@@ -65,7 +70,9 @@ fn main() -> ExitCode {
 /// The workspace that built xtask, so nothing depends on the current directory.
 pub(crate) fn workspace_root() -> PathBuf {
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir.parent().unwrap_or(manifest_dir).to_owned()
+    let built = manifest_dir.parent().unwrap_or(manifest_dir);
+    // A binary carried to another machine runs from a checkout's root, where the build path does not exist.
+    if built.join("Cargo.toml").is_file() { built.to_owned() } else { PathBuf::from(".") }
 }
 
 pub(crate) fn usage_error(message: &str) -> ExitCode {

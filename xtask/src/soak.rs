@@ -210,7 +210,7 @@ impl Worker<'_> {
     fn chat_body(&mut self, stream: bool) -> (Value, u64) {
         let max = 1 + self.rng.next_u64() % self.o.max_tokens;
         let q = QUESTIONS[(self.rng.next_u64() % QUESTIONS.len() as u64) as usize];
-        let temperature = if self.rng.next_u64() % 2 == 0 { 0.0 } else { 0.8 };
+        let temperature = if self.rng.next_u64().is_multiple_of(2) { 0.0 } else { 0.8 };
         let mut b = json!({
             "model": self.model, "max_tokens": max, "temperature": temperature, "seed": self.n,
             "messages": [{"role": "user", "content": format!("{q} (request {})", self.n)}],

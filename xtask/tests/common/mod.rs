@@ -5,7 +5,12 @@ use tf_server::http::serve::{ServeConfig, spawn_loopback};
 
 /// Serves the tiny model on a free loopback port (as tf-server's tests do) and waits for `/health`.
 pub fn serve(dir: &std::path::Path) -> String {
-    tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, dir).unwrap();
+    serve_seed(dir, 0)
+}
+
+/// `serve` with the tiny model of another seed (other weights, the same shapes).
+pub fn serve_seed(dir: &std::path::Path, seed: u64) -> String {
+    tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, seed, dir).unwrap();
     let cfg = ServeConfig { model_dir: Some(dir.to_path_buf()), ..ServeConfig::default() };
     let base = format!("http://{}", spawn_loopback(cfg).unwrap());
     let t = Instant::now();

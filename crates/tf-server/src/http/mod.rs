@@ -173,7 +173,11 @@ fn resident_bytes() -> Option<u64> {
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Response {
-    let card = json!({"id": s.model_id, "object": "model", "created": 0, "owned_by": "tensorfold"});
+    let mut card = json!({"id": s.model_id, "object": "model", "created": 0, "owned_by": "tensorfold"});
+    // vLLM's field: the longest prompt plus reply one request may have, once the model has loaded.
+    if let Some(e) = s.engine.get() {
+        card["max_model_len"] = json!(e.host.max_context());
+    }
     axum::Json(json!({"object": "list", "data": [card]})).into_response()
 }
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On the GPU machine: tf serve --device cuda with the default model, then the length sweep, the invariances and a soak at c4.
+# Build here with `TF_CARRY=serve TF_CARRY_XZ=1 bash scripts/gpu-build.sh` and carry gpu-carry; receipts and logs go to $OUT.
+# TF_SWEEP_LENGTHS (2124), TF_SOAK_S (300) and TF_SERVE_ARGS set the sizes; one device call allows 600 s in all.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-$PWD/gpu-reliability-out}"
+mkdir -p "$out"
+source scripts/gpu-env.sh
+for b in tf xtask; do
+  [[ -x gpu-carry/$b ]] || { echo "gpu-reliability: no gpu-carry/$b; build with TF_CARRY=serve" | tee "$out/reliability.log"; exit 2; }
+done
+port=8000
+url="http://127.0.0.1:$port"
+# shellcheck disable=SC2086
+gpu-carry/tf serve --device cuda --port "$port" ${TF_SERVE_ARGS:-} >"$out/serve.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
+for _ in $(seq 600); do curl -sf "$url/health" >/dev/null && break; sleep 0.2; done
+if ! curl -sf "$url/health" >/dev/null; then
+  echo "gpu-reliability: the server never became healthy" | tee -a "$out/reliability.log"
+  tail -20 "$out/serve.log"
+  exit 1
+fi
+rc=0
+step() {
+  local name=$1
+  shift
+  echo "== $name: $*" | tee -a "$out/reliability.log"
+  local t=$SECONDS
+  "$@" >>"$out/reliability.log" 2>&1
+  local r=$?
+  echo "== $name exited $r after $((SECONDS - t)) s" | tee -a "$out/reliability.log"
+  ((rc != 0)) || rc=$r
+}
+step sweep gpu-carry/xtask check sweep --url "$url" --lengths "${TF_SWEEP_LENGTHS:-2124}" --concurrency 4 --out "$out/sweep.json"
+step invariance gpu-carry/xtask check invariance --url "$url" --out "$out/invariance.json"
+step soak gpu-carry/xtask soak --url "$url" --duration-s "${TF_SOAK_S:-300}" --concurrency 4 --sample-s 5 --out "$out/soak.json"
+grep -E "^(sweep|invariance):|^\| |^memory|failed|FAIL" "$out/reliability.log" | grep -v "^sweep: [0-9]*/" | tail -30
+exit "$rc"

@@ -1,0 +1,352 @@
+//! `cargo xtask check sweep|invariance|divergence`: what a user checks before trusting a server, against any OpenAI server.
+
+use crate::bench_openai::progress;
+use crate::bench_openai_http::Client;
+use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+const USAGE: &str = "\
+usage: cargo xtask check sweep|invariance|divergence [--url URL] [--model NAME] [--api-key KEY] [--timeout-s S]
+         [--concurrency N] [--out FILE]
+  sweep       [--lengths N] [--max-len L]: a prompt of every length in a spread of N (default 2,124) from 1 to L - 1
+              (L: the context, default the server's max_model_len), one reply token each; every failure is listed
+  invariance  [--prompts K] [--prompt-tokens T] [--max-tokens M]: K requests solo and all at once, greedy and
+              seeded, must match bit for bit (text, ids, logprobs); a prompt resumed from the prompt cache
+              must match it fresh
+  divergence  --reference URL [--max-tokens M]: 12 prompts greedy on both servers; the first token where they part
+  defaults: --url http://127.0.0.1:8000, the first model of /v1/models, concurrency 4, timeout 600 s";
+
+pub struct Options {
+    pub url: String,
+    pub model: Option<String>,
+    pub api_key: Option<String>,
+    pub timeout_s: u64,
+    pub concurrency: usize,
+    pub out: Option<String>,
+    pub lengths: usize,
+    pub max_len: Option<u64>,
+    pub prompts: usize,
+    pub prompt_tokens: u64,
+    pub max_tokens: u64,
+    pub reference: Option<String>,
+}
+
+fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse().map_err(|_| format!("{flag} needs a number, got `{v}`"))
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Option<Self>, String> {
+        let mut o = Options {
+            url: "http://127.0.0.1:8000".into(),
+            model: None,
+            api_key: None,
+            timeout_s: 600,
+            concurrency: 4,
+            out: None,
+            lengths: 2124,
+            max_len: None,
+            prompts: 8,
+            prompt_tokens: 128,
+            max_tokens: 32,
+            reference: None,
+        };
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            if matches!(flag.as_str(), "-h" | "--help") {
+                return Ok(None);
+            }
+            let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            match flag.as_str() {
+                "--url" => o.url = v.clone(),
+                "--model" => o.model = Some(v.clone()),
+                "--api-key" => o.api_key = Some(v.clone()),
+                "--timeout-s" => o.timeout_s = num(flag, v)?,
+                "--concurrency" => o.concurrency = num(flag, v)?,
+                "--out" => o.out = Some(v.clone()),
+                "--lengths" => o.lengths = num(flag, v)?,
+                "--max-len" => o.max_len = Some(num(flag, v)?),
+                "--prompts" => o.prompts = num(flag, v)?,
+                "--prompt-tokens" => o.prompt_tokens = num(flag, v)?,
+                "--max-tokens" => o.max_tokens = num(flag, v)?,
+                "--reference" => o.reference = Some(v.clone()),
+                _ => return Err(format!("unexpected argument `{flag} {v}`")),
+            }
+        }
+        if o.concurrency == 0 || o.lengths == 0 || o.prompts == 0 || o.prompt_tokens == 0 || o.max_tokens == 0 {
+            return Err("--concurrency, --lengths, --prompts, --prompt-tokens and --max-tokens must be positive".into());
+        }
+        Ok(Some(o))
+    }
+}
+
+/// `n` lengths from 1 to `limit`: the first half consecutive (short prompts break most often), the rest evenly spread, `limit` last.
+pub fn spread(n: usize, limit: u64) -> Vec<u64> {
+    if n as u64 >= limit {
+        return (1..=limit).collect();
+    }
+    let head = (n / 2).max(1) as u64;
+    let rest = (n as u64 - head).max(1);
+    let mut v: Vec<u64> = (1..=head).collect();
+    v.extend((1..=rest).map(|i| head + (limit - head) * i / rest));
+    v.dedup();
+    v
+}
+
+/// Runs `jobs` on `c` threads, each job's result in its place; `label` shows progress.
+fn parallel<T: Send, R: Send>(c: usize, jobs: Vec<T>, label: &str, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let total = jobs.len();
+    let queue = Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>().into_iter());
+    let out = Mutex::new((0..total).map(|_| None).collect::<Vec<Option<R>>>());
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..c.min(total).max(1) {
+            s.spawn(|| {
+                loop {
+                    // Taken in its own statement, so the queue is not locked while the job runs.
+                    let next = queue.lock().next();
+                    let Some((i, job)) = next else { break };
+                    let r = f(job);
+                    let mut o = out.lock();
+                    o[i] = Some(r);
+                    let done = o.iter().filter(|r| r.is_some()).count();
+                    progress(&format!("{label}: {done}/{total}, {:.1} s", t0.elapsed().as_secs_f64()));
+                }
+            });
+        }
+    });
+    eprintln!();
+    out.into_inner().into_iter().map(|r| r.expect("every job ran")).collect()
+}
+
+/// `sweep`: one request per length, the prompt the first `len` ids of repository text; a failure is any non-200 or wrong usage.
+fn sweep(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
+    let limit = match o.max_len.or_else(|| client.max_model_len()) {
+        Some(l) => l,
+        None => return Err("the server gives no max_model_len in /v1/models: pass --max-len".into()),
+    };
+    let mut code = corpus(&crate::workspace_root(), "code")?;
+    let mut ids = Vec::new();
+    // The estimate of characters per token may be short of the mark: ask for twice as much until the ids cover `limit`.
+    for round in 0..6 {
+        let text = code.prompt(client, model, Sizing::Estimate, (limit + 64) << round, "Length sweep", 1).0;
+        ids = client.tokenize(model, &text).ok_or("the server has no /tokenize to build id prompts from")?;
+        if ids.len() as u64 >= limit {
+            break;
+        }
+    }
+    if (ids.len() as u64) < limit {
+        return Err(format!("only {} ids of text for a {limit}-token sweep", ids.len()));
+    }
+    // The longest prompt leaves room for its one reply token inside the context.
+    let lengths = spread(o.lengths, limit.saturating_sub(1).max(1));
+    let t0 = Instant::now();
+    let results = parallel(o.concurrency, lengths.clone(), "sweep", |len| {
+        let body =
+            json!({"model": model, "prompt": &ids[..len as usize], "max_tokens": 1, "temperature": 0, "logprobs": 1});
+        let r = client.post_json("/v1/completions", &body);
+        let why = match &r {
+            Err(e) => Some(e.clone()),
+            Ok((200, v)) if v["usage"]["prompt_tokens"].as_u64() != Some(len) => {
+                Some(format!("usage.prompt_tokens {} for a {len}-token prompt", v["usage"]["prompt_tokens"]))
+            }
+            Ok((200, v)) if !v["choices"][0]["logprobs"]["token_logprobs"][0].as_f64().is_some_and(f64::is_finite) => {
+                Some(format!("no finite logprob for the reply token: {}", v["choices"][0]))
+            }
+            Ok((200, _)) => None,
+            Ok((status, v)) => Some(format!("HTTP {status}: {}", v.to_string().chars().take(300).collect::<String>())),
+        };
+        why.map(|w| json!({"length": len, "error": w}))
+    });
+    let failures: Vec<Value> = results.into_iter().flatten().collect();
+    let prompt_tokens: u64 = lengths.iter().sum();
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "sweep: {} lengths from 1 to {limit}, {} failed, {:.1} s ({:.0} prompt tok/s)",
+        lengths.len(),
+        failures.len(),
+        secs,
+        prompt_tokens as f64 / secs
+    );
+    for f in failures.iter().take(20) {
+        println!("  length {}: {}", f["length"], f["error"]);
+    }
+    Ok(
+        json!({"check": "sweep", "max_len": limit, "lengths": lengths.len(), "first": lengths.first(), "last": lengths.last(),
+        "prompt_tokens": prompt_tokens, "seconds": secs, "failures": failures, "pass": failures.is_empty()}),
+    )
+}
+
+/// The parts of a completion choice that must not change with what else runs: text, ids, logprobs, finish.
+fn choice(v: &Value) -> Value {
+    let c = &v["choices"][0];
+    json!({"text": c["text"], "logprobs": c["logprobs"], "finish_reason": c["finish_reason"], "token_ids": c["token_ids"]})
+}
+
+/// `invariance`: solo == concurrent (greedy and seeded) and resumed == fresh, compared as JSON values (f32 logprobs print exactly).
+fn invariance(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
+    let mut texts = Vec::new();
+    for (k, kind) in ["code", "prose"].iter().enumerate() {
+        let mut c: Corpus = corpus(&crate::workspace_root(), kind)?;
+        for i in (0..o.prompts).filter(|i| i % 2 == k) {
+            texts.push(
+                c.prompt(client, model, Sizing::Estimate, o.prompt_tokens, &format!("Check {i}"), 7 + i as u64).0,
+            );
+        }
+    }
+    let body = |text: &str, seed: Option<u64>| {
+        let mut b =
+            json!({"model": model, "prompt": text, "max_tokens": o.max_tokens, "logprobs": 5, "temperature": 0});
+        if let Some(s) = seed {
+            b["temperature"] = json!(0.8);
+            b["seed"] = json!(s);
+        }
+        b
+    };
+    let jobs: Vec<Value> =
+        texts.iter().enumerate().flat_map(|(i, t)| [body(t, None), body(t, Some(1000 + i as u64))]).collect();
+    let send = |b: Value| match client.post_json("/v1/completions", &b) {
+        Ok((200, v)) => Ok(choice(&v)),
+        Ok((s, v)) => Err(format!("HTTP {s}: {v}")),
+        Err(e) => Err(e),
+    };
+    let solo = parallel(1, jobs.clone(), "invariance: solo", send);
+    let together = parallel(jobs.len(), jobs, "invariance: all at once", send);
+    let mut failures = Vec::new();
+    for (i, (a, b)) in solo.iter().zip(&together).enumerate() {
+        let what = format!("prompt {} {}", i / 2, if i % 2 == 0 { "greedy" } else { "seeded" });
+        match (a, b) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Ok(a), Ok(b)) => {
+                failures.push(json!({"check": "concurrent == solo", "request": what, "solo": a, "concurrent": b}))
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                failures.push(json!({"check": "concurrent == solo", "request": what, "error": e}))
+            }
+        }
+    }
+    // A prefix no earlier request saw, so the first run is fresh and the third resumes what the second left cached.
+    let nonce = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let prefix = format!("Resume check {nonce}.\n{}", texts[0].repeat(2));
+    let (a, b) = (format!("{prefix}\nFirst tail."), format!("{prefix}\nA second, different tail."));
+    let full = |t: &str| client.post_json("/v1/completions", &body(t, None));
+    let (fresh, _, resumed) = (full(&a)?, full(&b)?, full(&a)?);
+    let cached = resumed.1["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
+    if fresh.0 != 200 || resumed.0 != 200 || choice(&fresh.1) != choice(&resumed.1) {
+        failures.push(json!({"check": "resumed == fresh", "fresh": fresh.1, "resumed": resumed.1}));
+    }
+    println!(
+        "invariance: {} requests solo vs at once, greedy and seeded; resumed vs fresh (cached tokens {}); {} failed",
+        solo.len(),
+        cached.map_or("not reported".into(), |c| c.to_string()),
+        failures.len()
+    );
+    for f in &failures {
+        println!("  {}", f.to_string().chars().take(400).collect::<String>());
+    }
+    Ok(
+        json!({"check": "invariance", "requests": solo.len(), "max_tokens": o.max_tokens, "resumed_cached_tokens": cached,
+        "drafted_vs_plain": "not checked: no drafting in this server yet (issue 26)", "failures": failures,
+        "pass": failures.is_empty()}),
+    )
+}
+
+/// `divergence`: 12 prompts, greedy on this server and the reference; per prompt the first reply token where they differ.
+fn divergence(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
+    let url = o.reference.as_deref().ok_or("divergence needs --reference URL")?;
+    let reference = Client::new(url, o.api_key.clone(), Duration::from_secs(o.timeout_s));
+    let ref_model = reference.model_id()?;
+    let mut prompts = Vec::new();
+    for kind in ["code", "prose", "structured"] {
+        let mut c = corpus(&crate::workspace_root(), kind)?;
+        prompts.extend(
+            (0..4)
+                .map(|i| (kind, c.prompt(client, model, Sizing::Estimate, 256, &format!("Divergence {i}"), 31 + i).0)),
+        );
+    }
+    let tokens = |c: &Client, m: &str, p: &str| -> Result<Vec<String>, String> {
+        let b = json!({"model": m, "prompt": p, "max_tokens": o.max_tokens, "temperature": 0, "logprobs": 1});
+        match c.post_json("/v1/completions", &b)? {
+            (200, v) => Ok(v["choices"][0]["logprobs"]["tokens"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| t.to_string())
+                .collect()),
+            (s, v) => Err(format!("HTTP {s}: {v}")),
+        }
+    };
+    let rows: Vec<Value> = parallel(o.concurrency, prompts, "divergence", |(kind, p)| {
+        match (tokens(client, model, &p), tokens(&reference, &ref_model, &p)) {
+            (Ok(a), Ok(b)) => {
+                let first =
+                    a.iter().zip(&b).position(|(x, y)| x != y).or((a.len() != b.len()).then(|| a.len().min(b.len())));
+                json!({"kind": kind, "tokens": [a.len(), b.len()], "first_divergence": first})
+            }
+            (Err(e), _) | (_, Err(e)) => json!({"kind": kind, "error": e}),
+        }
+    });
+    let errors = rows.iter().filter(|r| r["error"].is_string()).count();
+    let same = rows.iter().filter(|r| r["first_divergence"].is_null() && r["error"].is_null()).count();
+    println!(
+        "divergence against {url}: {same} of {} prompts identical for {} tokens, {errors} errors",
+        rows.len(),
+        o.max_tokens
+    );
+    for r in &rows {
+        println!("  {r}");
+    }
+    Ok(json!({"check": "divergence", "reference": url, "reference_model": ref_model, "max_tokens": o.max_tokens,
+        "identical": same, "prompts": rows, "pass": errors == 0}))
+}
+
+/// `cargo xtask check`: 0 when the check passed, 1 when it failed or could not run, 2 for a bad command line.
+pub fn run(args: &[String]) -> ExitCode {
+    let which = args.first().map(String::as_str).unwrap_or("");
+    let o = match Options::parse(args.get(1..).unwrap_or(&[])) {
+        Ok(Some(o)) if ["sweep", "invariance", "divergence"].contains(&which) => o,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Ok(Some(_)) => {
+            return crate::usage_error(&format!("check needs sweep, invariance or divergence, not `{which}`"));
+        }
+        Err(e) => {
+            eprintln!("check: {e}\n{USAGE}");
+            return ExitCode::from(crate::USAGE_ERROR);
+        }
+    };
+    let client = Client::new(&o.url, o.api_key.clone(), Duration::from_secs(o.timeout_s));
+    let result = client.model_id().and_then(|served| {
+        let model = o.model.clone().unwrap_or(served);
+        let mut r = match which {
+            "sweep" => sweep(&o, &client, &model),
+            "invariance" => invariance(&o, &client, &model),
+            _ => divergence(&o, &client, &model),
+        }?;
+        r["url"] = json!(o.url);
+        r["model"] = json!(model);
+        r["command"] = json!(format!("cargo xtask check {}", args.join(" ")));
+        Ok(r)
+    });
+    let r = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("check {which}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let written = o.out.as_ref().map(|out| {
+        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+        std::fs::write(out, text).map_err(|e| format!("{out}: {e}"))
+    });
+    if let Some(Err(e)) = written {
+        eprintln!("check {which}: {e}");
+        return ExitCode::FAILURE;
+    }
+    if r["pass"] == true { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
