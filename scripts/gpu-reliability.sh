@@ -33,8 +33,10 @@ step() {
   echo "== $name exited $r after $((SECONDS - t)) s" | tee -a "$out/reliability.log"
   ((rc != 0)) || rc=$r
 }
-step sweep gpu-carry/xtask check sweep --url "$url" --lengths "${TF_SWEEP_LENGTHS:-2124}" --concurrency 4 --out "$out/sweep.json"
 step invariance gpu-carry/xtask check invariance --url "$url" --out "$out/invariance.json"
 step soak gpu-carry/xtask soak --url "$url" --duration-s "${TF_SOAK_S:-300}" --concurrency 4 --sample-s 5 --out "$out/soak.json"
+# Last, bounded by what is left of a 600 s call (TF_CALL_S), so a slow sweep still leaves its progress in the log.
+left=$(( ${TF_CALL_S:-580} - SECONDS ))
+step sweep timeout "$left" gpu-carry/xtask check sweep --url "$url" --lengths "${TF_SWEEP_LENGTHS:-2124}" --concurrency 8 --out "$out/sweep.json"
 grep -E "^(sweep|invariance):|^\| |^memory|failed|FAIL" "$out/reliability.log" | grep -v "^sweep: [0-9]*/" | tail -30
 exit "$rc"
