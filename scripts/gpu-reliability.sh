@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: tf serve --device cuda with the default model, then the length sweep, the invariances and a soak at c4.
 # Build here with `TF_CARRY=serve TF_CARRY_XZ=1 bash scripts/gpu-build.sh` and carry gpu-carry; receipts and logs go to $OUT.
-# TF_SWEEP_LENGTHS (2124), TF_SOAK_S (300) and TF_SERVE_ARGS set the sizes; one device call allows 600 s in all.
+# TF_SWEEP_LENGTHS (2124), TF_SWEEP_MAX_S (300), TF_SOAK_S (300) and TF_SERVE_ARGS set the sizes; a device call allows 600 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/gpu-reliability-out}"
@@ -34,9 +34,11 @@ step() {
   ((rc != 0)) || rc=$r
 }
 step invariance gpu-carry/xtask check invariance --url "$url" --out "$out/invariance.json"
-step soak gpu-carry/xtask soak --url "$url" --duration-s "${TF_SOAK_S:-300}" --concurrency 4 --sample-s 5 --out "$out/soak.json"
-# Last, bounded by what is left of a 600 s call (TF_CALL_S), so a slow sweep still leaves its progress in the log.
-left=$(( ${TF_CALL_S:-580} - SECONDS ))
-step sweep timeout "$left" gpu-carry/xtask check sweep --url "$url" --lengths "${TF_SWEEP_LENGTHS:-2124}" --concurrency 8 --out "$out/sweep.json"
+# The sweep bounded by TF_SWEEP_MAX_S, then the soak in what is left of a 600 s call (TF_CALL_S), at most TF_SOAK_S.
+step sweep timeout "${TF_SWEEP_MAX_S:-300}" gpu-carry/xtask check sweep --url "$url" --lengths "${TF_SWEEP_LENGTHS:-2124}" \
+  --concurrency 8 --out "$out/sweep.json"
+soak_s=$(( ${TF_CALL_S:-580} - SECONDS - 15 ))
+soak_s=$(( soak_s < ${TF_SOAK_S:-300} ? soak_s : ${TF_SOAK_S:-300} ))
+step soak gpu-carry/xtask soak --url "$url" --duration-s "$soak_s" --concurrency 4 --sample-s 5 --out "$out/soak.json"
 grep -E "^(sweep|invariance):|^\| |^memory|failed|FAIL" "$out/reliability.log" | grep -v "^sweep: [0-9]*/" | tail -30
 exit "$rc"

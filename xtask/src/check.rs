@@ -132,21 +132,23 @@ fn sweep(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
     let mut ids = Vec::new();
     // The estimate of characters per token may be short of the mark: ask for twice as much until the ids cover `limit`.
     for round in 0..6 {
-        let text = code.prompt(client, model, Sizing::Estimate, (limit + 64) << round, "Length sweep", 1).0;
+        let text = code.prompt(client, model, Sizing::Estimate, (2 * limit + 64) << round, "Length sweep", 1).0;
         ids = client.tokenize(model, &text).ok_or("the server has no /tokenize to build id prompts from")?;
-        if ids.len() as u64 >= limit {
+        if ids.len() as u64 >= 2 * limit {
             break;
         }
     }
-    if (ids.len() as u64) < limit {
+    if (ids.len() as u64) < 2 * limit {
         return Err(format!("only {} ids of text for a {limit}-token sweep", ids.len()));
     }
     // The longest prompt leaves room for its one reply token inside the context.
     let lengths = spread(o.lengths, limit.saturating_sub(1).max(1));
     let t0 = Instant::now();
     let results = parallel(o.concurrency, lengths.clone(), "sweep", |len| {
-        let body =
-            json!({"model": model, "prompt": &ids[..len as usize], "max_tokens": 1, "temperature": 0, "logprobs": 1});
+        // Each length starts at its own place in the text, so no prompt is a prefix of another and no prompt cache helps.
+        let start = (len as usize * 7919) % (ids.len() - len as usize + 1);
+        let prompt = &ids[start..start + len as usize];
+        let body = json!({"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 1});
         let r = client.post_json("/v1/completions", &body);
         let why = match &r {
             Err(e) => Some(e.clone()),
@@ -165,8 +167,9 @@ fn sweep(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
     let prompt_tokens: u64 = lengths.iter().sum();
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "sweep: {} lengths from 1 to {limit}, {} failed, {:.1} s ({:.0} prompt tok/s)",
+        "sweep: {} lengths from 1 to {} (context {limit}), {} failed, {:.1} s ({:.0} prompt tok/s)",
         lengths.len(),
+        lengths.last().unwrap_or(&0),
         failures.len(),
         secs,
         prompt_tokens as f64 / secs
