@@ -1,4 +1,4 @@
-//! `cargo xtask check sweep|invariance|divergence`: what a user checks before trusting a server, against any OpenAI server.
+//! `cargo xtask check sweep|invariance|divergence|needle|nll`: what a user checks before trusting a server, against any OpenAI server.
 
 use crate::bench_openai::progress;
 use crate::bench_openai_http::Client;
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 const USAGE: &str = "\
-usage: cargo xtask check sweep|invariance|divergence [--url URL] [--model NAME] [--api-key KEY] [--timeout-s S]
+usage: cargo xtask check sweep|invariance|divergence|needle|nll [--url URL] [--model NAME] [--api-key KEY] [--timeout-s S]
          [--concurrency N] [--out FILE]
   sweep       [--lengths N] [--max-len L]: a prompt of every length in a spread of N (default 2,124) from 1 to L - 1
               (L: the context, default the server's max_model_len), one reply token each; every failure is listed
@@ -17,6 +17,10 @@ usage: cargo xtask check sweep|invariance|divergence [--url URL] [--model NAME] 
               seeded, must match bit for bit (text, ids, logprobs); a prompt resumed from the prompt cache
               must match it fresh
   divergence  --reference URL [--max-tokens M]: 12 prompts greedy on both servers; the first token where they part
+  needle      [--lengths N] [--max-len L] [--min-rate R]: a passphrase at depths 0, 25, 50, 75, 100 % of N prose
+              prompts up to the context; passes when the greedy reply names it in at least R (default 1) of them
+  nll         --reference URL [--prompts K] [--max-tokens M] [--max-nll-increase D] [--max-top1-drop P]: the reference's
+              greedy continuations scored here with forced_tokens; NLL and top-1 per prompt-length bucket (bars: 0.01, 0.01)
   defaults: --url http://127.0.0.1:8000, the first model of /v1/models, concurrency 4, timeout 600 s";
 
 pub struct Options {
@@ -32,6 +36,9 @@ pub struct Options {
     pub prompt_tokens: u64,
     pub max_tokens: u64,
     pub reference: Option<String>,
+    pub min_rate: f64,
+    pub max_nll_increase: f64,
+    pub max_top1_drop: f64,
 }
 
 fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -53,6 +60,9 @@ impl Options {
             prompt_tokens: 128,
             max_tokens: 32,
             reference: None,
+            min_rate: 1.0,
+            max_nll_increase: 0.01,
+            max_top1_drop: 0.01,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -73,6 +83,9 @@ impl Options {
                 "--prompt-tokens" => o.prompt_tokens = num(flag, v)?,
                 "--max-tokens" => o.max_tokens = num(flag, v)?,
                 "--reference" => o.reference = Some(v.clone()),
+                "--min-rate" => o.min_rate = num(flag, v)?,
+                "--max-nll-increase" => o.max_nll_increase = num(flag, v)?,
+                "--max-top1-drop" => o.max_top1_drop = num(flag, v)?,
                 _ => return Err(format!("unexpected argument `{flag} {v}`")),
             }
         }
@@ -97,7 +110,7 @@ pub fn spread(n: usize, limit: u64) -> Vec<u64> {
 }
 
 /// Runs `jobs` on `c` threads, each job's result in its place; `label` shows progress.
-fn parallel<T: Send, R: Send>(c: usize, jobs: Vec<T>, label: &str, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+pub(crate) fn parallel<T: Send, R: Send>(c: usize, jobs: Vec<T>, label: &str, f: impl Fn(T) -> R + Sync) -> Vec<R> {
     let total = jobs.len();
     let queue = Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>().into_iter());
     let out = Mutex::new((0..total).map(|_| None).collect::<Vec<Option<R>>>());
@@ -310,13 +323,15 @@ fn divergence(o: &Options, client: &Client, model: &str) -> Result<Value, String
 pub fn run(args: &[String]) -> ExitCode {
     let which = args.first().map(String::as_str).unwrap_or("");
     let o = match Options::parse(args.get(1..).unwrap_or(&[])) {
-        Ok(Some(o)) if ["sweep", "invariance", "divergence"].contains(&which) => o,
+        Ok(Some(o)) if ["sweep", "invariance", "divergence", "needle", "nll"].contains(&which) => o,
         Ok(None) => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         Ok(Some(_)) => {
-            return crate::usage_error(&format!("check needs sweep, invariance or divergence, not `{which}`"));
+            return crate::usage_error(&format!(
+                "check needs sweep, invariance, divergence, needle or nll, not `{which}`"
+            ));
         }
         Err(e) => {
             eprintln!("check: {e}\n{USAGE}");
@@ -329,6 +344,8 @@ pub fn run(args: &[String]) -> ExitCode {
         let mut r = match which {
             "sweep" => sweep(&o, &client, &model),
             "invariance" => invariance(&o, &client, &model),
+            "needle" => crate::check_quality::needle(&o, &client, &model),
+            "nll" => crate::check_quality::nll(&o, &client, &model),
             _ => divergence(&o, &client, &model),
         }?;
         r["url"] = json!(o.url);

@@ -7,6 +7,7 @@ mod bench_openai;
 mod bench_openai_http;
 mod bench_openai_prompts;
 mod check;
+mod check_quality;
 mod gate;
 mod gate_model;
 mod gate_stats;
@@ -25,9 +26,9 @@ commands:
       cpu: the matmul, qgemm and fp4 benchmarks; gpu: build gpu-carry/ and run (or explain) scripts/gpu-check.sh
   bench openai [--url URL] [--prompt-tokens 2048,8192] [--concurrency 1,2,4,8] [--kinds prose,code,structured] [--out FILE] ...
       TTFT, prefill and decode tok/s with p50/p90/p99 against any OpenAI-compatible server (`bench openai --help`)
-  check sweep|invariance|divergence [--url URL] [--out FILE] ...
-      a prompt-length sweep; concurrent == solo and resumed == fresh bit for bit; first divergence from a
-      reference server; against any OpenAI-compatible server (`check --help`)
+  check sweep|invariance|divergence|needle|nll [--url URL] [--out FILE] ...
+      a prompt-length sweep; concurrent == solo and resumed == fresh bit for bit; first divergence from, and
+      NLL / top-1 on the continuations of, a reference server; a needle test; any OpenAI server (`check --help`)
   gate --candidate SWITCHES [--model DIR] [--device cpu|cuda[:N]] [--prompts FILE] [--thresholds FILE]
        [--prefill-frac F] [--window N] [--max-positions N] [--out FILE] [--dump-ids FILE]
       the exact path and a candidate (exact, wide-sums, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs)

@@ -71,3 +71,35 @@ fn a_bad_check_name_or_flag_exits_2() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
 }
+
+#[test]
+fn needle_reports_every_depth_and_length_and_fails_below_its_rate() {
+    let d = tempfile::tempdir().unwrap();
+    let base = serve(&d.path().join("tiny-model"));
+    let (code, r) = check(&["needle", "--url", &base, "--lengths", "2"]);
+    let cells = r["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 10, "2 lengths × 5 depths: {r}");
+    let depths: Vec<u64> = cells.iter().take(5).map(|c| c["depth_pct"].as_u64().unwrap()).collect();
+    assert_eq!(depths, [0, 25, 50, 75, 100]);
+    let ctx = context(&base);
+    assert!(cells.iter().all(|c| c["error"].is_null() && c["prompt_tokens"].as_u64().unwrap() < ctx), "{r}");
+    let found = r["found"].as_u64().unwrap();
+    assert_eq!(code, Some(if found == 10 { 0 } else { 1 }), "a random model misses, and the check says so: {r}");
+    let (code, r) = check(&["needle", "--url", &base, "--lengths", "1", "--min-rate", "0"]);
+    assert_eq!((code, r["pass"].as_bool()), (Some(0), Some(true)), "{r}");
+}
+
+#[test]
+fn nll_against_the_same_model_is_equal_and_against_other_weights_fails() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (serve(&d.path().join("tiny-model")), serve_seed(&d.path().join("tiny-other"), 1));
+    let args = ["nll", "--url", &a, "--prompts", "1", "--max-tokens", "8", "--reference"];
+    let (code, r) = check(&[&args[..], &[a.as_str()]].concat());
+    assert_eq!((code, r["pass"].as_bool()), (Some(0), Some(true)), "{r}");
+    let bucket = &r["by_bucket"]["128"];
+    assert_eq!(bucket["tokens"].as_f64(), Some(16.0), "2 kinds × 1 prompt × 8 tokens: {r}");
+    assert_eq!((bucket["nll"].as_f64(), bucket["top1"].as_f64()), (bucket["reference_nll"].as_f64(), Some(1.0)), "{r}");
+    let (code, r) = check(&[&args[..], &[b.as_str()]].concat());
+    assert_eq!((code, r["pass"].as_bool()), (Some(1), Some(false)), "{r}");
+    assert!(r["by_bucket"]["128"]["top1"].as_f64().unwrap() < 1.0, "{r}");
+}
