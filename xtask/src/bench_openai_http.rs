@@ -20,6 +20,7 @@ pub struct Timing {
     pub e2e_s: f64,
     pub chunks: u64,
     pub prompt_tokens: Option<u64>,
+    pub cached_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub error: Option<String>,
 }
@@ -166,6 +167,7 @@ impl Client {
             }
             if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
                 t.prompt_tokens = u["prompt_tokens"].as_u64();
+                t.cached_tokens = u["prompt_tokens_details"]["cached_tokens"].as_u64();
                 t.completion_tokens = u["completion_tokens"].as_u64();
             }
             if v["choices"].as_array().is_some_and(|cs| cs.iter().any(has_text)) {

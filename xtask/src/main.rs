@@ -6,6 +6,7 @@ mod bench_engram_reuse;
 mod bench_openai;
 mod bench_openai_http;
 mod bench_openai_prompts;
+mod bench_replay;
 mod check;
 mod check_quality;
 mod gate;
@@ -26,6 +27,8 @@ commands:
       cpu: the matmul, qgemm and fp4 benchmarks; gpu: build gpu-carry/ and run (or explain) scripts/gpu-check.sh
   bench openai [--url URL] [--prompt-tokens 2048,8192] [--concurrency 1,2,4,8] [--kinds prose,code,structured] [--out FILE] ...
       TTFT, prefill and decode tok/s with p50/p90/p99 against any OpenAI-compatible server (`bench openai --help`)
+  bench replay [--session FILE] [--url URL] [--concurrency 1,2,4] [--out FILE]
+      a recorded multi-turn session at each concurrency: wall time, TTFT, prompt-cache hit rate (`bench replay --help`)
   check sweep|invariance|divergence|needle|nll [--url URL] [--out FILE] ...
       a prompt-length sweep; concurrent == solo and resumed == fresh bit for bit; first divergence from, and
       NLL / top-1 on the continuations of, a reference server; a needle test; any OpenAI server (`check --help`)
