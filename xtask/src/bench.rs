@@ -1,4 +1,4 @@
-//! `cargo xtask bench cpu|gpu|decode|exl3|engram|engram-reuse|openai|replay`: the benchmarks whose ratios docs/bench.md and docs/perf.md report.
+//! `cargo xtask bench cpu|gpu|decode|exl3|engram|engram-reuse|openai|replay|plot`: the benchmarks whose ratios docs/bench.md and docs/perf.md report.
 
 use std::process::{Command, ExitCode};
 
@@ -43,9 +43,10 @@ pub fn run(args: &[String]) -> ExitCode {
         Some("engram-reuse") => crate::bench_engram_reuse::run(&args[1..]),
         Some("openai" | "concurrent") => return crate::bench_openai::run(&args[1..]),
         Some("replay") => return crate::bench_replay::run(&args[1..]),
+        Some("plot") => return crate::bench_plot::run(&args[1..]),
         _ => {
             return crate::usage_error(
-                "bench needs `cpu`, `gpu`, `decode`, `exl3`, `engram`, `engram-reuse`, `openai` or `replay`",
+                "bench needs `cpu`, `gpu`, `decode`, `exl3`, `engram`, `engram-reuse`, `openai`, `replay` or `plot`",
             );
         }
     };

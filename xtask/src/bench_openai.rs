@@ -12,6 +12,7 @@ const USAGE: &str = "\
 usage: cargo xtask bench openai [--url URL] [--model NAME] [--api-key KEY] [--endpoint completions|chat]
          [--prompt-tokens 2048,8192] [--concurrency 1,2,4,8] [--kinds prose,code,structured]
          [--max-tokens N] [--requests-per-stream N] [--temperature T] [--ignore-eos] [--timeout-s S] [--out FILE]
+         [--plot FILE.png]
   defaults: --url http://127.0.0.1:8000, the first model of /v1/models, completions, 2048,8192 tokens,
   concurrency 1,2,4,8, all three kinds, 128 max tokens, 2 requests per stream, temperature 0, timeout 600 s";
 
@@ -29,6 +30,7 @@ struct Options {
     ignore_eos: bool,
     timeout_s: u64,
     out: Option<String>,
+    plot: Option<String>,
 }
 
 fn list<T: std::str::FromStr>(flag: &str, v: &str) -> Result<Vec<T>, String> {
@@ -56,6 +58,7 @@ impl Options {
             ignore_eos: false,
             timeout_s: 600,
             out: None,
+            plot: None,
         };
         let mut it = args.iter();
         while let Some(flag) = it.next() {
@@ -81,6 +84,7 @@ impl Options {
                 "--temperature" => o.temperature = num(flag, v)?,
                 "--timeout-s" => o.timeout_s = num(flag, v)?,
                 "--out" => o.out = Some(v.clone()),
+                "--plot" => o.plot = Some(v.clone()),
                 _ => return Err(format!("unexpected argument `{flag} {v}`")),
             }
         }
@@ -300,6 +304,10 @@ fn bench(o: &Options, args: &[String]) -> Result<bool, String> {
         let text = serde_json::to_string_pretty(&receipt).map_err(|e| e.to_string())?;
         std::fs::File::create(out).and_then(|mut f| f.write_all(text.as_bytes())).map_err(|e| format!("{out}: {e}"))?;
         eprintln!("receipt: {out}");
+    }
+    if let Some(png) = &o.plot {
+        crate::bench_plot::plot(&receipt, std::path::Path::new(png))?;
+        eprintln!("plot: {png}");
     }
     Ok(errors == 0)
 }

@@ -6,6 +6,7 @@ mod bench_engram_reuse;
 mod bench_openai;
 mod bench_openai_http;
 mod bench_openai_prompts;
+mod bench_plot;
 mod bench_replay;
 mod check;
 mod check_quality;
@@ -27,6 +28,8 @@ commands:
       cpu: the matmul, qgemm and fp4 benchmarks; gpu: build gpu-carry/ and run (or explain) scripts/gpu-check.sh
   bench openai [--url URL] [--prompt-tokens 2048,8192] [--concurrency 1,2,4,8] [--kinds prose,code,structured] [--out FILE] ...
       TTFT, prefill and decode tok/s with p50/p90/p99 against any OpenAI-compatible server (`bench openai --help`)
+  bench plot RECEIPT [--out FILE.png]
+      a `bench openai` receipt as a PNG: aggregate decode tok/s, TTFT and prefill tok/s against concurrency
   bench replay [--session FILE] [--url URL] [--concurrency 1,2,4] [--out FILE]
       a recorded multi-turn session at each concurrency: wall time, TTFT, prompt-cache hit rate (`bench replay --help`)
   check sweep|invariance|divergence|needle|nll [--url URL] [--out FILE] ...

@@ -11,11 +11,11 @@ use std::process::Command;
 fn bench_openai_measures_every_cell_against_our_server() {
     let d = tempfile::tempdir().unwrap();
     let base = serve(&d.path().join("tiny-model"));
-    let out = d.path().join("receipt.json");
+    let (out, plot) = (d.path().join("receipt.json"), d.path().join("receipt.png"));
     let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["bench", "openai", "--url", &base, "--prompt-tokens", "64", "--concurrency", "1,2"])
         .args(["--kinds", "prose,structured", "--max-tokens", "4", "--requests-per-stream", "2"])
-        .args(["--out", out.to_str().unwrap()])
+        .args(["--out", out.to_str().unwrap(), "--plot", plot.to_str().unwrap()])
         .output()
         .unwrap();
     let log = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
@@ -56,6 +56,16 @@ fn bench_openai_measures_every_cell_against_our_server() {
             assert!(0.0 < p50 && p50 <= p90 && p90 <= p99, "{key}: {st}");
         }
         assert!(cell["aggregate_decode_tok_s"].as_f64().unwrap() > 0.0, "{cell}");
+    }
+    let png = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&plot).unwrap()));
+    let mut reader = png.read_info().unwrap();
+    let mut px = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut px).unwrap();
+    assert_eq!((info.width, info.color_type), (1500, png::ColorType::Rgb));
+    // The first two series' colours (one per kind at one length) are drawn: the lines and points of the charts.
+    for rgb in [[31u8, 119, 180], [255, 127, 14]] {
+        let n = px.chunks_exact(3).filter(|p| *p == rgb).count();
+        assert!(n > 100, "{rgb:?} drawn on {n} pixels");
     }
 }
 
