@@ -6,6 +6,11 @@ use crate::check::{Options, parallel};
 use serde_json::{Value, json};
 use std::time::Duration;
 
+/// Prompts sized by the server's `/tokenize` where it has one (a long prompt must land inside the context), else estimated.
+fn sizing(client: &Client, model: &str) -> Sizing {
+    if client.count_tokens(model, "hello world").is_some() { Sizing::Tokenize } else { Sizing::Estimate }
+}
+
 /// The needle's answer for one cell: a number no filler text contains.
 fn secret(len: u64, depth: u64) -> String {
     format!("{}", 40_000 + (len * 37 + depth * 101) % 9_973)
@@ -20,9 +25,10 @@ pub fn needle(o: &Options, client: &Client, model: &str) -> Result<Value, String
     let lengths: Vec<u64> =
         (1..=o.lengths as u64).map(|i| longest * i / o.lengths as u64).filter(|&l| l >= 32).collect();
     let mut prose = corpus(&crate::workspace_root(), "prose")?;
+    let sizing = sizing(client, model);
     let mut cells = Vec::new();
     for &len in &lengths {
-        let filler = prose.prompt(client, model, Sizing::Estimate, len, "Notes", len).0;
+        let filler = prose.prompt(client, model, sizing, len, "Notes", len).0;
         for &depth in &depths {
             let code = secret(len, depth);
             let fact = format!(" The secret passphrase is {code}. Remember it. ");
@@ -86,12 +92,12 @@ pub fn nll(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
         return Err(format!("a context of {limit} leaves no room for a 128-token prompt and {} tokens", o.max_tokens));
     }
     let mut jobs = Vec::new();
+    let sizing = sizing(client, model);
     for kind in ["code", "prose"] {
         let mut c = corpus(&crate::workspace_root(), kind)?;
         for &b in &buckets {
             jobs.extend(
-                (0..o.prompts as u64)
-                    .map(|i| (b, c.prompt(client, model, Sizing::Estimate, b, &format!("Score {i}"), 71 + i).0)),
+                (0..o.prompts as u64).map(|i| (b, c.prompt(client, model, sizing, b, &format!("Score {i}"), 71 + i).0)),
             );
         }
     }

@@ -238,3 +238,16 @@ fn eight_hung_up_plain_clients_give_back_all_eight_lanes() {
         t.elapsed()
     );
 }
+
+#[test]
+fn a_prompt_past_the_context_names_the_field_it_came_in() {
+    let ids = vec![5u32; 5000];
+    refused(json!({"prompt": ids, "max_tokens": 1}), "/v1/completions", "prompt", "does not fit the context");
+    let long = "w1 w2 ".repeat(3000);
+    refused(
+        chat_body(json!({"messages": [{"role": "user", "content": long}]})),
+        "/v1/chat/completions",
+        "messages",
+        "does not fit",
+    );
+}

@@ -202,11 +202,11 @@ pub(crate) fn tokenize_prompt(e: &Engine, text: &str, extra: usize, param: &'sta
     e.tok.encode(text, false).map_err(|err| ApiError::param(param, err.to_string()))
 }
 
-pub(crate) fn submit_error(e: SubmitError) -> ApiError {
+pub(crate) fn submit_error(e: SubmitError, param: &'static str) -> ApiError {
     match e {
         SubmitError::QueueFull => ApiError::status(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
         SubmitError::Stopped => ApiError::status(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-        _ => ApiError::param("messages", e.to_string()),
+        _ => ApiError::param(param, e.to_string()),
     }
 }
 

@@ -21,9 +21,11 @@ pub(crate) struct Prepared {
 }
 
 /// Submits one lane request per choice before any runs, so a full queue refuses the request as a whole.
-fn submit_all(s: &AppState, prompt: &[u32], p: &GenParams) -> Result<Vec<Events>, ApiError> {
+fn submit_all(s: &AppState, prompt: &[u32], p: &GenParams, format: Format) -> Result<Vec<Events>, ApiError> {
     let host = &s.engine()?.host;
-    (0..p.n).map(|i| host.submit(p.request(prompt.to_vec(), i)).map_err(submit_error)).collect()
+    // A refused prompt names the field it came in: `prompt` on completions, `messages` on chat.
+    let param = if matches!(format, Format::Text) { "prompt" } else { "messages" };
+    (0..p.n).map(|i| host.submit(p.request(prompt.to_vec(), i)).map_err(|e| submit_error(e, param))).collect()
 }
 
 /// Cancels a plain request's lanes when its handler is dropped (the client hung up); harmless once they have ended.
@@ -38,7 +40,7 @@ impl Drop for CancelOnDrop {
 /// Answers a prepared request: streamed if it asked, else one JSON body once every choice has ended.
 pub(crate) async fn respond(s: &Arc<AppState>, req: Prepared) -> Result<Response, ApiError> {
     let head = Arc::new(Head::new(req.format, s.model_id.clone()));
-    let lanes = submit_all(s, &req.prompt, &req.params)?;
+    let lanes = submit_all(s, &req.prompt, &req.params, req.format)?;
     let tok = s.engine()?.tok.clone();
     let (prompt, p) = (Arc::new(req.prompt), Arc::new(req.params));
     if p.stream {
