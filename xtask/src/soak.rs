@@ -347,8 +347,14 @@ fn soak(o: &Options, args: &[String]) -> Result<bool, String> {
                 scope.spawn(move || {
                     let rng = SplitMix64::new(o.seed.wrapping_mul(1_000_003).wrapping_add(w as u64));
                     let mut worker = Worker { o, client, model, rng, code, n: (w as u64) << 32 };
+                    let mut sent = 0;
                     while t0.elapsed() < deadline {
-                        let kind = Kind::draw(&mut worker.rng);
+                        // Each worker first sends one of every kind (rotated by its number), so even a short soak covers the mix.
+                        let kind = match MIX.get(sent) {
+                            Some(_) => MIX[(sent + w) % MIX.len()].0,
+                            None => Kind::draw(&mut worker.rng),
+                        };
+                        sent += 1;
                         let start = t0.elapsed();
                         let outcome = worker.one(kind);
                         let (start_s, e2e_s) = (start.as_secs_f64(), (t0.elapsed() - start).as_secs_f64());

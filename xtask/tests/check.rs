@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{serve, serve_seed};
+use common::{serve, serve_default, serve_seed};
 use serde_json::Value;
 use std::process::Command;
 
@@ -43,8 +43,7 @@ fn sweep_passes_inside_the_context_and_lists_every_length_past_it() {
 
 #[test]
 fn invariance_holds_on_our_server_and_resumes_from_the_cache() {
-    let d = tempfile::tempdir().unwrap();
-    let base = serve(&d.path().join("tiny-model"));
+    let base = serve_default();
     let args = ["invariance", "--url", &base, "--prompts", "4", "--prompt-tokens", "48", "--max-tokens", "6"];
     let (code, r) = check(&args);
     assert_eq!((code, r["pass"].as_bool(), r["requests"].as_u64()), (Some(0), Some(true), Some(8)), "{r}");

@@ -1,15 +1,15 @@
-//! `cargo xtask soak` against our own server on the tiny model: every kind of request runs, nothing fails or goes missing.
+//! `cargo xtask soak` against our own server on the default model: every kind of request runs, nothing fails or goes missing.
 
 mod common;
 
-use common::serve;
+use common::serve_default;
 use serde_json::Value;
 use std::process::Command;
 
 #[test]
 fn a_short_soak_runs_every_kind_and_loses_nothing() {
     let d = tempfile::tempdir().unwrap();
-    let base = serve(&d.path().join("tiny-model"));
+    let base = serve_default();
     let out = d.path().join("soak.json");
     let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["soak", "--url", &base, "--duration-s", "8", "--concurrency", "3", "--sample-s", "0.25"])
@@ -22,7 +22,7 @@ fn a_short_soak_runs_every_kind_and_loses_nothing() {
     assert!(o.status.success(), "{log}");
     assert!(log.contains("| kind | sent | ok | refused | cancelled | errors | lost |"), "{log}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert_eq!((r["pass"].as_bool(), r["model"].as_str()), (Some(true), Some("tiny-model")), "{r}");
+    assert_eq!((r["pass"].as_bool(), r["model"].as_str()), (Some(true), Some("tensorfold-gate")), "{r}");
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap();
     for (kind, v) in r["by_kind"].as_object().unwrap() {
         assert!(n(v, "sent") > 0, "{kind} never ran: {v}");
