@@ -2,6 +2,7 @@
 
 use crate::bench_openai_http::{Client, Timing};
 use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
+use crate::flags::{each, list, num, unknown};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -33,15 +34,6 @@ struct Options {
     plot: Option<String>,
 }
 
-fn list<T: std::str::FromStr>(flag: &str, v: &str) -> Result<Vec<T>, String> {
-    let items: Result<Vec<T>, _> = v.split(',').map(|s| s.trim().parse()).collect();
-    items.ok().filter(|i| !i.is_empty()).ok_or_else(|| format!("{flag} needs a comma-separated list, got `{v}`"))
-}
-
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
-    v.parse().map_err(|_| format!("{flag} needs a number, got `{v}`"))
-}
-
 impl Options {
     fn parse(args: &[String]) -> Result<Option<Self>, String> {
         let mut o = Options {
@@ -60,21 +52,12 @@ impl Options {
             out: None,
             plot: None,
         };
-        let mut it = args.iter();
-        while let Some(flag) = it.next() {
-            let flag = flag.as_str();
-            if matches!(flag, "-h" | "--help") {
-                return Ok(None);
-            }
-            if flag == "--ignore-eos" {
-                o.ignore_eos = true;
-                continue;
-            }
-            let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let asked = each(args, &["--ignore-eos"], |flag, v| {
             match flag {
-                "--url" => o.url = v.clone(),
-                "--model" => o.model = Some(v.clone()),
-                "--api-key" => o.api_key = Some(v.clone()),
+                "--ignore-eos" => o.ignore_eos = true,
+                "--url" => o.url = v.into(),
+                "--model" => o.model = Some(v.into()),
+                "--api-key" => o.api_key = Some(v.into()),
                 "--endpoint" if v == "chat" || v == "completions" => o.chat = v == "chat",
                 "--prompt-tokens" => o.prompt_tokens = list(flag, v)?,
                 "--concurrency" => o.concurrency = list(flag, v)?,
@@ -83,10 +66,14 @@ impl Options {
                 "--requests-per-stream" => o.requests_per_stream = num(flag, v)?,
                 "--temperature" => o.temperature = num(flag, v)?,
                 "--timeout-s" => o.timeout_s = num(flag, v)?,
-                "--out" => o.out = Some(v.clone()),
-                "--plot" => o.plot = Some(v.clone()),
-                _ => return Err(format!("unexpected argument `{flag} {v}`")),
+                "--out" => o.out = Some(v.into()),
+                "--plot" => o.plot = Some(v.into()),
+                _ => return Err(unknown(flag, v)),
             }
+            Ok(())
+        })?;
+        if !asked {
+            return Ok(None);
         }
         if o.concurrency.contains(&0) || o.prompt_tokens.contains(&0) || o.requests_per_stream == 0 || o.max_tokens == 0
         {

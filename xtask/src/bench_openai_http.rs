@@ -64,32 +64,6 @@ impl Client {
         Ok((r.status().as_u16(), text, t.elapsed().as_secs_f64()))
     }
 
-    /// Sends a streamed request and hangs up once the first generated chunk arrives (the connection closes with it).
-    pub fn stream_then_hang_up(&self, path: &str, body: &Value) -> Result<(), String> {
-        let mut r = self.post(path, body)?;
-        if r.status().as_u16() != 200 {
-            let status = r.status().as_u16();
-            let text = r.body_mut().read_to_string().unwrap_or_default();
-            return Err(format!("HTTP {status}: {}", text.chars().take(300).collect::<String>()));
-        }
-        let mut lines = BufReader::new(r.body_mut().as_reader());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if lines.read_line(&mut line).map_err(|e| format!("reading the stream: {e}"))? == 0 {
-                return Err("the stream ended without [DONE]".into());
-            }
-            let Some(data) = line.trim_end().strip_prefix("data:").map(str::trim_start) else { continue };
-            if data == "[DONE]" {
-                return Ok(());
-            }
-            let v: Value = serde_json::from_str(data).map_err(|e| format!("bad SSE chunk ({e}): {data}"))?;
-            if v["choices"].as_array().is_some_and(|cs| cs.iter().any(has_text)) {
-                return Ok(());
-            }
-        }
-    }
-
     /// The first model `/v1/models` lists.
     pub fn model_id(&self) -> Result<String, String> {
         let mut req = self.agent.get(&format!("{}/v1/models", self.base));
@@ -143,7 +117,18 @@ impl Client {
         t
     }
 
-    fn read_stream(&self, path: &str, body: &Value, t0: Instant, t: &mut Timing) -> Result<(), String> {
+    /// Sends a streamed request and hangs up once the first generated chunk arrives (the connection closes with it).
+    pub fn stream_then_hang_up(&self, path: &str, body: &Value) -> Result<(), String> {
+        self.sse(path, body, |v| Ok(v["choices"].as_array().is_some_and(|cs| cs.iter().any(has_text))))
+    }
+
+    /// Posts a streamed request and hands each SSE chunk to `chunk` until it says stop (`true`) or `[DONE]` comes.
+    fn sse(
+        &self,
+        path: &str,
+        body: &Value,
+        mut chunk: impl FnMut(&Value) -> Result<bool, String>,
+    ) -> Result<(), String> {
         let mut r = self.post(path, body)?;
         if r.status().as_u16() != 200 {
             let status = r.status().as_u16();
@@ -162,6 +147,14 @@ impl Client {
                 return Ok(());
             }
             let v: Value = serde_json::from_str(data).map_err(|e| format!("bad SSE chunk ({e}): {data}"))?;
+            if chunk(&v)? {
+                return Ok(());
+            }
+        }
+    }
+
+    fn read_stream(&self, path: &str, body: &Value, t0: Instant, t: &mut Timing) -> Result<(), String> {
+        self.sse(path, body, |v| {
             if !v["error"].is_null() {
                 return Err(format!("error chunk: {}", v["error"]));
             }
@@ -178,7 +171,8 @@ impl Client {
                 t.last_s = now;
                 t.chunks += 1;
             }
-        }
+            Ok(false)
+        })
     }
 }
 

@@ -2,6 +2,7 @@
 
 use crate::bench_openai::stats;
 use crate::bench_openai_http::Client;
+use crate::flags::{each, list, num, unknown};
 use serde_json::{Value, json};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
@@ -37,26 +38,22 @@ impl Options {
             timeout_s: 600,
             out: None,
         };
-        let mut it = args.iter();
-        while let Some(flag) = it.next() {
-            if matches!(flag.as_str(), "-h" | "--help") {
-                return Ok(None);
+        let asked = each(args, &[], |flag, v| {
+            match flag {
+                "--session" => o.session = v.into(),
+                "--url" => o.url = v.into(),
+                "--model" => o.model = Some(v.into()),
+                "--api-key" => o.api_key = Some(v.into()),
+                "--concurrency" => o.concurrency = list(flag, v)?,
+                "--max-tokens" => o.max_tokens = num(flag, v)?,
+                "--timeout-s" => o.timeout_s = num(flag, v)?,
+                "--out" => o.out = Some(v.into()),
+                _ => return Err(unknown(flag, v)),
             }
-            let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-            let num = |v: &str| v.parse::<u64>().map_err(|_| format!("{flag} needs a number, got `{v}`"));
-            match flag.as_str() {
-                "--session" => o.session = v.clone(),
-                "--url" => o.url = v.clone(),
-                "--model" => o.model = Some(v.clone()),
-                "--api-key" => o.api_key = Some(v.clone()),
-                "--concurrency" => {
-                    o.concurrency = v.split(',').map(|c| num(c.trim()).map(|c| c as usize)).collect::<Result<_, _>>()?
-                }
-                "--max-tokens" => o.max_tokens = num(v)?,
-                "--timeout-s" => o.timeout_s = num(v)?,
-                "--out" => o.out = Some(v.clone()),
-                _ => return Err(format!("unexpected argument `{flag} {v}`")),
-            }
+            Ok(())
+        })?;
+        if !asked {
+            return Ok(None);
         }
         if o.concurrency.is_empty() || o.concurrency.contains(&0) || o.max_tokens == 0 {
             return Err("--concurrency and --max-tokens must be positive".into());

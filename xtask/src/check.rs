@@ -3,6 +3,7 @@
 use crate::bench_openai::progress;
 use crate::bench_openai_http::Client;
 use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
+use crate::flags::{each, num, unknown};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::process::ExitCode;
@@ -41,10 +42,6 @@ pub struct Options {
     pub max_top1_drop: f64,
 }
 
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
-    v.parse().map_err(|_| format!("{flag} needs a number, got `{v}`"))
-}
-
 impl Options {
     fn parse(args: &[String]) -> Result<Option<Self>, String> {
         let mut o = Options {
@@ -64,30 +61,29 @@ impl Options {
             max_nll_increase: 0.01,
             max_top1_drop: 0.01,
         };
-        let mut it = args.iter();
-        while let Some(flag) = it.next() {
-            if matches!(flag.as_str(), "-h" | "--help") {
-                return Ok(None);
-            }
-            let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-            match flag.as_str() {
-                "--url" => o.url = v.clone(),
-                "--model" => o.model = Some(v.clone()),
-                "--api-key" => o.api_key = Some(v.clone()),
+        let asked = each(args, &[], |flag, v| {
+            match flag {
+                "--url" => o.url = v.into(),
+                "--model" => o.model = Some(v.into()),
+                "--api-key" => o.api_key = Some(v.into()),
                 "--timeout-s" => o.timeout_s = num(flag, v)?,
                 "--concurrency" => o.concurrency = num(flag, v)?,
-                "--out" => o.out = Some(v.clone()),
+                "--out" => o.out = Some(v.into()),
                 "--lengths" => o.lengths = num(flag, v)?,
                 "--max-len" => o.max_len = Some(num(flag, v)?),
                 "--prompts" => o.prompts = num(flag, v)?,
                 "--prompt-tokens" => o.prompt_tokens = num(flag, v)?,
                 "--max-tokens" => o.max_tokens = num(flag, v)?,
-                "--reference" => o.reference = Some(v.clone()),
+                "--reference" => o.reference = Some(v.into()),
                 "--min-rate" => o.min_rate = num(flag, v)?,
                 "--max-nll-increase" => o.max_nll_increase = num(flag, v)?,
                 "--max-top1-drop" => o.max_top1_drop = num(flag, v)?,
-                _ => return Err(format!("unexpected argument `{flag} {v}`")),
+                _ => return Err(unknown(flag, v)),
             }
+            Ok(())
+        })?;
+        if !asked {
+            return Ok(None);
         }
         if o.concurrency == 0 || o.lengths == 0 || o.prompts == 0 || o.prompt_tokens == 0 || o.max_tokens == 0 {
             return Err("--concurrency, --lengths, --prompts, --prompt-tokens and --max-tokens must be positive".into());

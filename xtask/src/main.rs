@@ -10,6 +10,7 @@ mod bench_plot;
 mod bench_replay;
 mod check;
 mod check_quality;
+mod flags;
 mod gate;
 mod gate_model;
 mod gate_stats;

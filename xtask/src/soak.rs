@@ -3,6 +3,7 @@
 use crate::bench_openai::{progress, stats};
 use crate::bench_openai_http::Client;
 use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
+use crate::flags::{each, num, unknown};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::process::ExitCode;
@@ -33,10 +34,6 @@ struct Options {
     out: Option<String>,
 }
 
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
-    v.parse().map_err(|_| format!("{flag} needs a number, got `{v}`"))
-}
-
 impl Options {
     fn parse(args: &[String]) -> Result<Option<Self>, String> {
         let mut o = Options {
@@ -54,16 +51,11 @@ impl Options {
             timeout_s: 600,
             out: None,
         };
-        let mut it = args.iter();
-        while let Some(flag) = it.next() {
-            if matches!(flag.as_str(), "-h" | "--help") {
-                return Ok(None);
-            }
-            let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-            match flag.as_str() {
-                "--url" => o.url = v.clone(),
-                "--model" => o.model = Some(v.clone()),
-                "--api-key" => o.api_key = Some(v.clone()),
+        let asked = each(args, &[], |flag, v| {
+            match flag {
+                "--url" => o.url = v.into(),
+                "--model" => o.model = Some(v.into()),
+                "--api-key" => o.api_key = Some(v.into()),
                 "--duration-s" => o.duration_s = num(flag, v)?,
                 "--concurrency" => o.concurrency = num(flag, v)?,
                 "--seed" => o.seed = num(flag, v)?,
@@ -73,9 +65,13 @@ impl Options {
                 "--pid" => o.pid = Some(num(flag, v)?),
                 "--max-rss-growth" => o.max_rss_growth = num(flag, v)?,
                 "--timeout-s" => o.timeout_s = num(flag, v)?,
-                "--out" => o.out = Some(v.clone()),
-                _ => return Err(format!("unexpected argument `{flag} {v}`")),
+                "--out" => o.out = Some(v.into()),
+                _ => return Err(unknown(flag, v)),
             }
+            Ok(())
+        })?;
+        if !asked {
+            return Ok(None);
         }
         if o.concurrency == 0 || o.max_tokens == 0 || o.long_tokens == 0 || o.duration_s <= 0.0 || o.sample_s <= 0.0 {
             return Err(
@@ -349,9 +345,9 @@ fn soak(o: &Options, args: &[String]) -> Result<bool, String> {
                     let mut worker = Worker { o, client, model, rng, code, n: (w as u64) << 32 };
                     let mut sent = 0;
                     while t0.elapsed() < deadline {
-                        // Each worker first sends one of every kind (rotated by its number), so even a short soak covers the mix.
+                        // Each worker first sends one of every kind, the workers starting spread over the list, so even a short soak covers the mix.
                         let kind = match MIX.get(sent) {
-                            Some(_) => MIX[(sent + w) % MIX.len()].0,
+                            Some(_) => MIX[(sent + w * MIX.len() / o.concurrency) % MIX.len()].0,
                             None => Kind::draw(&mut worker.rng),
                         };
                         sent += 1;

@@ -1,4 +1,5 @@
 //! Shared by xtask's tests that drive a server: the tiny or the default model served on a free loopback port.
+
 // Each test crate uses some of these helpers, so the others are dead code there.
 #![allow(dead_code)]
 

@@ -1,0 +1,40 @@
+//! The flag loop the xtask commands share: `--flag value` pairs, bare switches, `-h`/`--help`, numbers and lists.
+
+use std::str::FromStr;
+
+/// Calls `set(flag, value)` for each `--flag value` pair (a switch in `switches` gets ""); `Ok(false)` when help was asked.
+pub fn each(
+    args: &[String],
+    switches: &[&str],
+    mut set: impl FnMut(&str, &str) -> Result<(), String>,
+) -> Result<bool, String> {
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        if matches!(flag.as_str(), "-h" | "--help") {
+            return Ok(false);
+        }
+        if switches.contains(&flag.as_str()) {
+            set(flag, "")?;
+            continue;
+        }
+        let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        set(flag, v)?;
+    }
+    Ok(true)
+}
+
+/// `v` as a number, or an error naming `flag`.
+pub fn num<T: FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse().map_err(|_| format!("{flag} needs a number, got `{v}`"))
+}
+
+/// `v` as a non-empty comma-separated list, or an error naming `flag`.
+pub fn list<T: FromStr>(flag: &str, v: &str) -> Result<Vec<T>, String> {
+    let items: Result<Vec<T>, _> = v.split(',').map(|s| s.trim().parse()).collect();
+    items.ok().filter(|i| !i.is_empty()).ok_or_else(|| format!("{flag} needs a comma-separated list, got `{v}`"))
+}
+
+/// The error for a flag no command knows.
+pub fn unknown(flag: &str, v: &str) -> String {
+    if v.is_empty() { format!("unexpected argument `{flag}`") } else { format!("unexpected argument `{flag} {v}`") }
+}
