@@ -2,12 +2,12 @@
 
 use crate::bench_openai_http::{Client, Timing};
 use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
-use crate::flags::{each, list, num, unknown};
+use crate::flags::{Target, each, list, num, unknown};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::io::{IsTerminal, Write};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 const USAGE: &str = "\
 usage: cargo xtask bench openai [--url URL] [--model NAME] [--api-key KEY] [--endpoint completions|chat]
@@ -18,9 +18,7 @@ usage: cargo xtask bench openai [--url URL] [--model NAME] [--api-key KEY] [--en
   concurrency 1,2,4,8, all three kinds, 128 max tokens, 2 requests per stream, temperature 0, timeout 600 s";
 
 struct Options {
-    url: String,
-    model: Option<String>,
-    api_key: Option<String>,
+    target: Target,
     chat: bool,
     prompt_tokens: Vec<u64>,
     concurrency: Vec<usize>,
@@ -29,7 +27,6 @@ struct Options {
     requests_per_stream: usize,
     temperature: f64,
     ignore_eos: bool,
-    timeout_s: u64,
     out: Option<String>,
     plot: Option<String>,
 }
@@ -37,9 +34,7 @@ struct Options {
 impl Options {
     fn parse(args: &[String]) -> Result<Option<Self>, String> {
         let mut o = Options {
-            url: "http://127.0.0.1:8000".into(),
-            model: None,
-            api_key: None,
+            target: Target::default(),
             chat: false,
             prompt_tokens: vec![2048, 8192],
             concurrency: vec![1, 2, 4, 8],
@@ -48,16 +43,13 @@ impl Options {
             requests_per_stream: 2,
             temperature: 0.0,
             ignore_eos: false,
-            timeout_s: 600,
             out: None,
             plot: None,
         };
         let asked = each(args, &["--ignore-eos"], |flag, v| {
             match flag {
                 "--ignore-eos" => o.ignore_eos = true,
-                "--url" => o.url = v.into(),
-                "--model" => o.model = Some(v.into()),
-                "--api-key" => o.api_key = Some(v.into()),
+                _ if o.target.take(flag, v)? => {}
                 "--endpoint" if v == "chat" || v == "completions" => o.chat = v == "chat",
                 "--prompt-tokens" => o.prompt_tokens = list(flag, v)?,
                 "--concurrency" => o.concurrency = list(flag, v)?,
@@ -65,7 +57,6 @@ impl Options {
                 "--max-tokens" => o.max_tokens = num(flag, v)?,
                 "--requests-per-stream" => o.requests_per_stream = num(flag, v)?,
                 "--temperature" => o.temperature = num(flag, v)?,
-                "--timeout-s" => o.timeout_s = num(flag, v)?,
                 "--out" => o.out = Some(v.into()),
                 "--plot" => o.plot = Some(v.into()),
                 _ => return Err(unknown(flag, v)),
@@ -246,11 +237,11 @@ fn print_table(cells: &[Value]) {
 }
 
 fn bench(o: &Options, args: &[String]) -> Result<bool, String> {
-    let client = Client::new(&o.url, o.api_key.clone(), Duration::from_secs(o.timeout_s));
+    let client = o.target.client(None);
     let served = client.model_id()?;
-    let model = o.model.clone().unwrap_or_else(|| served.clone());
+    let model = o.target.model.clone().unwrap_or_else(|| served.clone());
     let sizing = if client.count_tokens(&model, "hello world").is_some() { Sizing::Tokenize } else { Sizing::Estimate };
-    eprintln!("bench openai: {} serving `{served}`; prompts sized by {}", o.url, sizing.describe());
+    eprintln!("bench openai: {} serving `{served}`; prompts sized by {}", o.target.url, sizing.describe());
     let root = crate::workspace_root();
     let mut corpora: Vec<Corpus> = o.kinds.iter().map(|k| corpus(&root, k)).collect::<Result<_, _>>()?;
     let n_cells = corpora.len() * o.prompt_tokens.len() * o.concurrency.len();
@@ -280,7 +271,7 @@ fn bench(o: &Options, args: &[String]) -> Result<bool, String> {
     let errors: u64 = cells.iter().filter_map(|c| c["errors"].as_u64()).sum();
     let receipt = json!({
         "tool": "cargo xtask bench openai", "command": format!("cargo xtask bench openai {}", args.join(" ")),
-        "url": o.url, "model": served, "model_requested": model,
+        "url": o.target.url, "model": served, "model_requested": model,
         "endpoint": if o.chat { "/v1/chat/completions" } else { "/v1/completions" },
         "unix_time": SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         "prompt_sizing": sizing.describe(), "max_tokens": o.max_tokens, "temperature": o.temperature,

@@ -1,11 +1,10 @@
 //! `cargo xtask bench replay`: a recorded multi-turn session (one chat request body per line) replayed at several concurrencies.
 
 use crate::bench_openai::stats;
-use crate::bench_openai_http::Client;
-use crate::flags::{each, list, num, unknown};
+use crate::flags::{Target, each, list, num, unknown};
 use serde_json::{Value, json};
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 const USAGE: &str = "\
 usage: cargo xtask bench replay [--session FILE] [--url URL] [--model NAME] [--api-key KEY] [--concurrency 1,2,4]
@@ -17,12 +16,9 @@ usage: cargo xtask bench replay [--session FILE] [--url URL] [--model NAME] [--a
 
 struct Options {
     session: String,
-    url: String,
-    model: Option<String>,
-    api_key: Option<String>,
+    target: Target,
     concurrency: Vec<usize>,
     max_tokens: u64,
-    timeout_s: u64,
     out: Option<String>,
 }
 
@@ -30,23 +26,17 @@ impl Options {
     fn parse(args: &[String]) -> Result<Option<Self>, String> {
         let mut o = Options {
             session: crate::workspace_root().join("assets/bench/agent-session.jsonl").display().to_string(),
-            url: "http://127.0.0.1:8000".into(),
-            model: None,
-            api_key: None,
+            target: Target::default(),
             concurrency: vec![1, 2, 4],
             max_tokens: 64,
-            timeout_s: 600,
             out: None,
         };
         let asked = each(args, &[], |flag, v| {
             match flag {
                 "--session" => o.session = v.into(),
-                "--url" => o.url = v.into(),
-                "--model" => o.model = Some(v.into()),
-                "--api-key" => o.api_key = Some(v.into()),
+                _ if o.target.take(flag, v)? => {}
                 "--concurrency" => o.concurrency = list(flag, v)?,
                 "--max-tokens" => o.max_tokens = num(flag, v)?,
-                "--timeout-s" => o.timeout_s = num(flag, v)?,
                 "--out" => o.out = Some(v.into()),
                 _ => return Err(unknown(flag, v)),
             }
@@ -97,11 +87,11 @@ fn turn_body(turn: &Value, copy: usize, run: u128, model: &str, max_tokens: u64)
 
 fn replay(o: &Options, args: &[String]) -> Result<bool, String> {
     let turns = read_session(&o.session)?;
-    let client = Client::new(&o.url, o.api_key.clone(), Duration::from_secs(o.timeout_s));
+    let client = o.target.client(None);
     let served = client.model_id()?;
-    let model = o.model.clone().unwrap_or_else(|| served.clone());
+    let model = o.target.model.clone().unwrap_or_else(|| served.clone());
     let run = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    eprintln!("bench replay: {} turns of {} against {} (`{served}`)", turns.len(), o.session, o.url);
+    eprintln!("bench replay: {} turns of {} against {} (`{served}`)", turns.len(), o.session, o.target.url);
     let mut cells = Vec::new();
     for (ci, &c) in o.concurrency.iter().enumerate() {
         let t0 = Instant::now();
@@ -146,7 +136,7 @@ fn replay(o: &Options, args: &[String]) -> Result<bool, String> {
     }
     let errors: u64 = cells.iter().filter_map(|c| c["errors"].as_u64()).sum();
     let receipt = json!({"tool": "cargo xtask bench replay", "command": format!("cargo xtask bench replay {}", args.join(" ")),
-        "session": o.session, "turns": turns.len(), "url": o.url, "model": served, "max_tokens": o.max_tokens,
+        "session": o.session, "turns": turns.len(), "url": o.target.url, "model": served, "max_tokens": o.max_tokens,
         "errors": errors, "cells": cells});
     if let Some(out) = &o.out {
         let text = serde_json::to_string_pretty(&receipt).map_err(|e| e.to_string())?;

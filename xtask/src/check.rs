@@ -3,11 +3,11 @@
 use crate::bench_openai::progress;
 use crate::bench_openai_http::Client;
 use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
-use crate::flags::{each, num, unknown};
+use crate::flags::{Target, each, num, unknown};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 const USAGE: &str = "\
 usage: cargo xtask check sweep|invariance|divergence|needle|nll [--url URL] [--model NAME] [--api-key KEY] [--timeout-s S]
@@ -25,10 +25,7 @@ usage: cargo xtask check sweep|invariance|divergence|needle|nll [--url URL] [--m
   defaults: --url http://127.0.0.1:8000, the first model of /v1/models, concurrency 4, timeout 600 s";
 
 pub struct Options {
-    pub url: String,
-    pub model: Option<String>,
-    pub api_key: Option<String>,
-    pub timeout_s: u64,
+    pub target: Target,
     pub concurrency: usize,
     pub out: Option<String>,
     pub lengths: usize,
@@ -45,10 +42,7 @@ pub struct Options {
 impl Options {
     fn parse(args: &[String]) -> Result<Option<Self>, String> {
         let mut o = Options {
-            url: "http://127.0.0.1:8000".into(),
-            model: None,
-            api_key: None,
-            timeout_s: 600,
+            target: Target::default(),
             concurrency: 4,
             out: None,
             lengths: 2124,
@@ -63,10 +57,7 @@ impl Options {
         };
         let asked = each(args, &[], |flag, v| {
             match flag {
-                "--url" => o.url = v.into(),
-                "--model" => o.model = Some(v.into()),
-                "--api-key" => o.api_key = Some(v.into()),
-                "--timeout-s" => o.timeout_s = num(flag, v)?,
+                _ if o.target.take(flag, v)? => {}
                 "--concurrency" => o.concurrency = num(flag, v)?,
                 "--out" => o.out = Some(v.into()),
                 "--lengths" => o.lengths = num(flag, v)?,
@@ -269,7 +260,7 @@ fn invariance(o: &Options, client: &Client, model: &str) -> Result<Value, String
 /// `divergence`: 12 prompts, greedy on this server and the reference; per prompt the first reply token where they differ.
 fn divergence(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
     let url = o.reference.as_deref().ok_or("divergence needs --reference URL")?;
-    let reference = Client::new(url, o.api_key.clone(), Duration::from_secs(o.timeout_s));
+    let reference = o.target.client(Some(url));
     let ref_model = reference.model_id()?;
     let mut prompts = Vec::new();
     for kind in ["code", "prose", "structured"] {
@@ -334,9 +325,9 @@ pub fn run(args: &[String]) -> ExitCode {
             return ExitCode::from(crate::USAGE_ERROR);
         }
     };
-    let client = Client::new(&o.url, o.api_key.clone(), Duration::from_secs(o.timeout_s));
+    let client = o.target.client(None);
     let result = client.model_id().and_then(|served| {
-        let model = o.model.clone().unwrap_or(served);
+        let model = o.target.model.clone().unwrap_or(served);
         let mut r = match which {
             "sweep" => sweep(&o, &client, &model),
             "invariance" => invariance(&o, &client, &model),
@@ -344,7 +335,7 @@ pub fn run(args: &[String]) -> ExitCode {
             "nll" => crate::check_quality::nll(&o, &client, &model),
             _ => divergence(&o, &client, &model),
         }?;
-        r["url"] = json!(o.url);
+        r["url"] = json!(o.target.url);
         r["model"] = json!(model);
         r["command"] = json!(format!("cargo xtask check {}", args.join(" ")));
         Ok(r)

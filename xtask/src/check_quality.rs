@@ -4,7 +4,6 @@ use crate::bench_openai_http::Client;
 use crate::bench_openai_prompts::{Sizing, corpus};
 use crate::check::{Options, parallel};
 use serde_json::{Value, json};
-use std::time::Duration;
 
 /// Prompts sized by the server's `/tokenize` where it has one (a long prompt must land inside the context), else estimated.
 fn sizing(client: &Client, model: &str) -> Sizing {
@@ -83,7 +82,7 @@ fn reply_ids(v: &Value) -> Option<Vec<u32>> {
 /// `nll`: the reference's greedy continuations, scored by this server teacher-forced (`forced_tokens`); NLL and top-1 per length bucket.
 pub fn nll(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
     let url = o.reference.as_deref().ok_or("nll needs --reference URL")?;
-    let reference = Client::new(url, o.api_key.clone(), Duration::from_secs(o.timeout_s));
+    let reference = o.target.client(Some(url));
     let ref_model = reference.model_id()?;
     let limit = o.max_len.or_else(|| client.max_model_len()).unwrap_or(4096);
     let buckets: Vec<u64> =

@@ -38,3 +38,37 @@ pub fn list<T: FromStr>(flag: &str, v: &str) -> Result<Vec<T>, String> {
 pub fn unknown(flag: &str, v: &str) -> String {
     if v.is_empty() { format!("unexpected argument `{flag}`") } else { format!("unexpected argument `{flag} {v}`") }
 }
+
+/// What every command that drives a server is told: where it is, which model, the API key, how long a request may take.
+pub struct Target {
+    pub url: String,
+    pub model: Option<String>,
+    pub api_key: Option<String>,
+    pub timeout_s: u64,
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target { url: "http://127.0.0.1:8000".into(), model: None, api_key: None, timeout_s: 600 }
+    }
+}
+
+impl Target {
+    /// Takes `--url`, `--model`, `--api-key` and `--timeout-s`; `Ok(false)` for any other flag.
+    pub fn take(&mut self, flag: &str, v: &str) -> Result<bool, String> {
+        match flag {
+            "--url" => self.url = v.into(),
+            "--model" => self.model = Some(v.into()),
+            "--api-key" => self.api_key = Some(v.into()),
+            "--timeout-s" => self.timeout_s = num(flag, v)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// A client for this server, or for `url` with the same key and timeout.
+    pub fn client(&self, url: Option<&str>) -> crate::bench_openai_http::Client {
+        let timeout = std::time::Duration::from_secs(self.timeout_s);
+        crate::bench_openai_http::Client::new(url.unwrap_or(&self.url), self.api_key.clone(), timeout)
+    }
+}

@@ -3,7 +3,7 @@
 use crate::bench_openai::{progress, stats};
 use crate::bench_openai_http::Client;
 use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
-use crate::flags::{each, num, unknown};
+use crate::flags::{Target, each, num, unknown};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::process::ExitCode;
@@ -19,9 +19,7 @@ usage: cargo xtask soak [--url URL] [--model NAME] [--api-key KEY] [--duration-s
   from the server's /metrics (process_resident_memory_bytes) or else /proc/PID, flat within 0.10";
 
 struct Options {
-    url: String,
-    model: Option<String>,
-    api_key: Option<String>,
+    target: Target,
     duration_s: f64,
     concurrency: usize,
     seed: u64,
@@ -30,16 +28,13 @@ struct Options {
     sample_s: f64,
     pid: Option<u32>,
     max_rss_growth: f64,
-    timeout_s: u64,
     out: Option<String>,
 }
 
 impl Options {
     fn parse(args: &[String]) -> Result<Option<Self>, String> {
         let mut o = Options {
-            url: "http://127.0.0.1:8000".into(),
-            model: None,
-            api_key: None,
+            target: Target::default(),
             duration_s: 600.0,
             concurrency: 4,
             seed: 0,
@@ -48,14 +43,11 @@ impl Options {
             sample_s: 5.0,
             pid: None,
             max_rss_growth: 0.10,
-            timeout_s: 600,
             out: None,
         };
         let asked = each(args, &[], |flag, v| {
             match flag {
-                "--url" => o.url = v.into(),
-                "--model" => o.model = Some(v.into()),
-                "--api-key" => o.api_key = Some(v.into()),
+                _ if o.target.take(flag, v)? => {}
                 "--duration-s" => o.duration_s = num(flag, v)?,
                 "--concurrency" => o.concurrency = num(flag, v)?,
                 "--seed" => o.seed = num(flag, v)?,
@@ -64,7 +56,6 @@ impl Options {
                 "--sample-s" => o.sample_s = num(flag, v)?,
                 "--pid" => o.pid = Some(num(flag, v)?),
                 "--max-rss-growth" => o.max_rss_growth = num(flag, v)?,
-                "--timeout-s" => o.timeout_s = num(flag, v)?,
                 "--out" => o.out = Some(v.into()),
                 _ => return Err(unknown(flag, v)),
             }
@@ -327,11 +318,11 @@ fn memory(samples: &[Sample], duration: f64, limit: f64) -> Value {
 }
 
 fn soak(o: &Options, args: &[String]) -> Result<bool, String> {
-    let client = Client::new(&o.url, o.api_key.clone(), Duration::from_secs(o.timeout_s));
+    let client = o.target.client(None);
     let served = client.model_id()?;
-    let model = o.model.clone().unwrap_or_else(|| served.clone());
+    let model = o.target.model.clone().unwrap_or_else(|| served.clone());
     let code = Mutex::new(corpus(&crate::workspace_root(), "code")?);
-    eprintln!("soak: {} serving `{served}`: {:.0} s at concurrency {}", o.url, o.duration_s, o.concurrency);
+    eprintln!("soak: {} serving `{served}`: {:.0} s at concurrency {}", o.target.url, o.duration_s, o.concurrency);
     let records = Mutex::new(Vec::<Record>::new());
     let samples = Mutex::new(Vec::<Sample>::new());
     let t0 = Instant::now();
@@ -433,7 +424,7 @@ fn receipt(
     let drained = lanes_free_s.is_none_or(|f| f.is_some());
     let pass = totals["errors"] == 0 && totals["lost"] == 0 && not_ok == 0 && mem["flat"] != false && drained;
     json!({
-        "tool": "cargo xtask soak", "command": format!("cargo xtask soak {}", args.join(" ")), "url": o.url,
+        "tool": "cargo xtask soak", "command": format!("cargo xtask soak {}", args.join(" ")), "url": o.target.url,
         "model": served, "unix_time": SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         "duration_s": o.duration_s, "wall_s": wall, "concurrency": o.concurrency, "seed": o.seed,
         "max_tokens": o.max_tokens, "long_tokens": o.long_tokens,
