@@ -251,3 +251,19 @@ fn a_prompt_past_the_context_names_the_field_it_came_in() {
         "does not fit",
     );
 }
+
+#[test]
+fn a_client_gone_before_its_request_is_parsed_counts_as_an_abort() {
+    let b = small();
+    let abort = "tf:request_success_total{finished_reason=\"abort\"}";
+    let before = metric(b, abort);
+    // Four prompts that must be tokenized (under the 256-bytes-a-token bound) hold every parsing slot for a while.
+    let big = chat_body(json!({"messages": [{"role": "user", "content": "x ".repeat(450_000)}]})).to_string();
+    let blockers: Vec<_> = (0..4).map(|_| raw_post(b, "/v1/chat/completions", &big)).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let waiting = raw_post(b, "/v1/chat/completions", &chat_body(json!({"max_tokens": 2})).to_string());
+    std::thread::sleep(Duration::from_millis(100));
+    drop(waiting);
+    wait_for("the request dropped while waiting to be parsed was never counted", || metric(b, abort) == before + 1.0);
+    drop(blockers);
+}

@@ -58,7 +58,7 @@ fn chat_options(b: &ChatBody) -> Result<ChatOptions, ApiError> {
 pub async fn chat(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
     let st = s.clone();
     let req = s
-        .prepare(move || {
+        .prepare_request(move || {
             let b: ChatBody = parse_body(&body)?;
             warn_unknown(&body, "/v1/chat/completions", &CHAT_FIELDS);
             let params = b.common.params(if b.logprobs { Some(b.top_logprobs.unwrap_or(0)) } else { None })?;

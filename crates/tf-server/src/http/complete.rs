@@ -30,7 +30,7 @@ struct CompletionBody {
 pub async fn completions(State(s): State<Arc<AppState>>, body: Bytes) -> Result<Response, ApiError> {
     let st = s.clone();
     let req = s
-        .prepare(move || {
+        .prepare_request(move || {
             let b: CompletionBody = parse_body(&body)?;
             warn_unknown(&body, "/v1/completions", &["prompt", "logprobs", "echo", "suffix", "best_of"]);
             let params = b.common.params(b.logprobs)?;

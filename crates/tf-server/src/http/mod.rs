@@ -64,8 +64,30 @@ impl AppState {
         job.await.map_err(ApiError::internal)?
     }
 
+    /// [`Self::prepare`] for a generation request: a client that hangs up meanwhile is counted as an `abort`, as one in a lane is.
+    pub(crate) async fn prepare_request<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let mut guard = AbortIfDropped(self.engine.get().map(|e| e.host.metrics().clone()), std::time::Instant::now());
+        let r = self.prepare(work).await;
+        guard.0 = None;
+        r
+    }
+
     pub(crate) fn engine(&self) -> Result<&Engine, ApiError> {
         self.engine.get().ok_or_else(|| ApiError::status(StatusCode::SERVICE_UNAVAILABLE, "the model is still loading"))
+    }
+}
+
+/// Counts an `abort` when dropped armed: the request's handler went away (its client hung up) before it reached a lane.
+struct AbortIfDropped(Option<Arc<crate::lanes::Metrics>>, std::time::Instant);
+
+impl Drop for AbortIfDropped {
+    fn drop(&mut self) {
+        if let Some(m) = &self.0 {
+            m.finished(crate::lanes::Outcome::Abort, self.1.elapsed().as_secs_f64());
+        }
     }
 }
 
