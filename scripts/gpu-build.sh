@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
 # Builds the GPU self-check into gpu-carry/ (git-ignored) for the GPU machine: run here, installs nothing; see scripts/gpu-check.sh.
-# TF_CARRY picks what goes in (a call carries the tree, 46 MB with the gate model, plus this, under 64 MiB):
-# checks (default: the three self-checks), gate (xtask, for gpu-gate*.sh), bench (tf-dsv41-gpu-bench), serve (tf and xtask, for
-# gpu-reliability.sh; with TF_CARRY_XZ=1 to fit), or a space list of them.
+# TF_CARRY: checks (default), gate, bench, serve (tf, xtask; with TF_CARRY_XZ=1) or a list; tree + carry stay under 64 MiB.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"

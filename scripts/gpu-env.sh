@@ -10,5 +10,5 @@ if [[ ! -f "$cuda_lib/../include/cuda_bf16.h" && -f gpu-carry/include/cuda_bf16.
 fi
 # Binaries that gpu-build.sh carried xz-compressed (TF_CARRY_XZ=1), unpacked once beside their archives.
 for z in gpu-carry/*.xz; do
-  [[ -f $z && ! -x ${z%.xz} ]] && xz -dkf "$z" && chmod +x "${z%.xz}"
+  if [[ -f $z && ! -x ${z%.xz} ]]; then xz -dkf "$z" && chmod +x "${z%.xz}"; fi
 done

@@ -39,6 +39,10 @@ step sweep timeout "${TF_SWEEP_MAX_S:-300}" gpu-carry/xtask check sweep --url "$
   --concurrency 8 --out "$out/sweep.json"
 soak_s=$(( ${TF_CALL_S:-580} - SECONDS - 15 ))
 soak_s=$(( soak_s < ${TF_SOAK_S:-300} ? soak_s : ${TF_SOAK_S:-300} ))
-step soak gpu-carry/xtask soak --url "$url" --duration-s "$soak_s" --concurrency 4 --sample-s 5 --out "$out/soak.json"
+if ((soak_s >= 30)); then
+  step soak gpu-carry/xtask soak --url "$url" --duration-s "$soak_s" --concurrency 4 --sample-s 5 --out "$out/soak.json"
+else
+  echo "== soak skipped: ${soak_s} s left of the call" | tee -a "$out/reliability.log"
+fi
 grep -E "^(sweep|invariance):|^\| |^memory|failed|FAIL" "$out/reliability.log" | grep -v "^sweep: [0-9]*/" | tail -30
 exit "$rc"

@@ -39,8 +39,7 @@ python3 -c "import json,sys; a=sys.argv[1:]; print(json.dumps({'check': 'hung_up
   'aborts': float(a[4] or 0), 'finished_length': float(a[5] or 0), 'next_request_s': round(float(a[7]) - float(a[6]), 3)}))" \
   "$gone" "$freed" "$tokens0" "$tokens1" "$aborts" "$lengths" "$t0" "$t1"
 
-# 2. Two concurrent chats of N characters while /health is polled: its worst latency, their statuses, RSS after.
-# 15,000,000 characters are refused by byte count alone; 2,000,000 must be tokenized first (on the blocking pool).
+# 2. Two concurrent chats of N characters (15 M: refused by byte count; 2 M: tokenized first) while /health is polled.
 for chars in 15000000 2000000; do
 python3 -c "import json, sys; print(json.dumps({'messages': [{'role': 'user', 'content': 'x ' * (int(sys.argv[1]) // 2)}]}))" "$chars" >"$work/huge.json"
 for i in 1 2; do

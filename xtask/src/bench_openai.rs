@@ -2,11 +2,11 @@
 
 use crate::bench_openai_http::{Client, Timing};
 use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
-use crate::flags::{Target, each, list, num, unknown};
+use crate::flags::{Target, each, list, num, unknown, write_receipt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::{Instant, SystemTime};
 
 const USAGE: &str = "\
@@ -240,7 +240,7 @@ fn bench(o: &Options, args: &[String]) -> Result<bool, String> {
     let client = o.target.client(None);
     let served = client.model_id()?;
     let model = o.target.model.clone().unwrap_or_else(|| served.clone());
-    let sizing = if client.count_tokens(&model, "hello world").is_some() { Sizing::Tokenize } else { Sizing::Estimate };
+    let sizing = Sizing::of(&client, &model);
     eprintln!("bench openai: {} serving `{served}`; prompts sized by {}", o.target.url, sizing.describe());
     let root = crate::workspace_root();
     let mut corpora: Vec<Corpus> = o.kinds.iter().map(|k| corpus(&root, k)).collect::<Result<_, _>>()?;
@@ -278,11 +278,7 @@ fn bench(o: &Options, args: &[String]) -> Result<bool, String> {
         "ignore_eos": o.ignore_eos, "requests_per_stream": o.requests_per_stream, "errors": errors, "cells": cells,
     });
     print_table(&cells);
-    if let Some(out) = &o.out {
-        let text = serde_json::to_string_pretty(&receipt).map_err(|e| e.to_string())?;
-        std::fs::File::create(out).and_then(|mut f| f.write_all(text.as_bytes())).map_err(|e| format!("{out}: {e}"))?;
-        eprintln!("receipt: {out}");
-    }
+    write_receipt(o.out.as_deref(), &receipt)?;
     if let Some(png) = &o.plot {
         crate::bench_plot::plot(&receipt, std::path::Path::new(png))?;
         eprintln!("plot: {png}");

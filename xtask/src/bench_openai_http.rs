@@ -117,9 +117,17 @@ impl Client {
         t
     }
 
-    /// Sends a streamed request and hangs up once the first generated chunk arrives (the connection closes with it).
-    pub fn stream_then_hang_up(&self, path: &str, body: &Value) -> Result<(), String> {
-        self.sse(path, body, |v| Ok(v["choices"].as_array().is_some_and(|cs| cs.iter().any(has_text))))
+    /// Streams a request and hangs up at its first generated chunk: `Ok(true)`; `Ok(false)` if it ended before any.
+    pub fn stream_then_hang_up(&self, path: &str, body: &Value) -> Result<bool, String> {
+        let mut hung_up = false;
+        self.sse(path, body, |v| {
+            if !v["error"].is_null() {
+                return Err(format!("error chunk: {}", v["error"]));
+            }
+            hung_up = v["choices"].as_array().is_some_and(|cs| cs.iter().any(has_text));
+            Ok(hung_up)
+        })?;
+        Ok(hung_up)
     }
 
     /// Posts a streamed request and hands each SSE chunk to `chunk` until it says stop (`true`) or `[DONE]` comes.
@@ -176,10 +184,10 @@ impl Client {
     }
 }
 
-/// Whether a choice carries generated text: completions' `text`, chat's content or reasoning.
+/// Whether a choice carries generated output: completions' `text`, chat's content or reasoning, or a tool call's delta.
 fn has_text(c: &Value) -> bool {
     let d = &c["delta"];
-    [&c["text"], &d["content"], &d["reasoning_content"], &d["reasoning"]]
-        .iter()
-        .any(|s| s.as_str().is_some_and(|s| !s.is_empty()))
+    let text = [&c["text"], &d["content"], &d["reasoning_content"], &d["reasoning"]];
+    text.iter().any(|s| s.as_str().is_some_and(|s| !s.is_empty()))
+        || d["tool_calls"].as_array().is_some_and(|t| !t.is_empty())
 }

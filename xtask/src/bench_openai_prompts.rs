@@ -18,6 +18,11 @@ pub enum Sizing {
 }
 
 impl Sizing {
+    /// By the server's `/tokenize` where it has one (a long prompt must land inside the context), else estimated.
+    pub fn of(client: &Client, model: &str) -> Sizing {
+        if client.count_tokens(model, "hello world").is_some() { Sizing::Tokenize } else { Sizing::Estimate }
+    }
+
     pub fn describe(self) -> String {
         match self {
             Sizing::Tokenize => "the server's /tokenize".into(),

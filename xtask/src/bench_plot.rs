@@ -74,7 +74,14 @@ fn short(v: f64) -> String {
 }
 
 /// One chart in the box at (x0, y0) of size (w, h): concurrencies evenly spaced on x, 0 to the largest value on y.
-fn chart(c: &mut Canvas, (x0, y0, w, h): (i32, i32, i32, i32), title: &str, xs: &[u64], series: &[Series]) {
+fn chart(
+    c: &mut Canvas,
+    (x0, y0, w, h): (i32, i32, i32, i32),
+    title: &str,
+    xs: &[u64],
+    series: &[Series],
+    labels: &[String],
+) {
     text(c, title, x0, y0 + 12, true);
     let (left, top, right, bottom) = (x0 + 52, y0 + 26, x0 + w - 10, y0 + h - 30);
     let max = series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold(0.0f64, f64::max).max(1e-9) * 1.1;
@@ -94,8 +101,9 @@ fn chart(c: &mut Canvas, (x0, y0, w, h): (i32, i32, i32, i32), title: &str, xs: 
         text(c, &format!("c{x}"), xpos(x) - 6, bottom + 14, false);
     }
     text(c, "concurrency", (left + right) / 2 - 33, bottom + 27, false);
-    for (k, (_, pts)) in series.iter().enumerate() {
-        let color = PALETTE[k % PALETTE.len()];
+    for (label, pts) in series {
+        // Colours follow the legend's labels, so a series missing from one chart does not shift the others.
+        let color = PALETTE[labels.iter().position(|l| l == label).unwrap_or(0) % PALETTE.len()];
         let at = |&(x, v): &(u64, f64)| (xpos(x), bottom - ((bottom - top) as f64 * v / max) as i32);
         for pair in pts.windows(2) {
             line(c, at(&pair[0]), at(&pair[1]), color, 2);
@@ -133,7 +141,13 @@ pub fn plot(receipt: &Value, out: &std::path::Path) -> Result<(), String> {
         ("TTFT p50 (s)", series(cells, |c| c["ttft_s"]["p50"].as_f64())),
         ("prefill tok/s per request, p50", series(cells, |c| c["prefill_tok_s"]["p50"].as_f64())),
     ];
-    let legend: i32 = charts[0].1.iter().map(|s| 44 + 6 * s.0.len() as i32).sum();
+    let mut labels: Vec<String> = Vec::new();
+    for (label, _) in charts.iter().flat_map(|c| c.1.iter()) {
+        if !labels.contains(label) {
+            labels.push(label.clone());
+        }
+    }
+    let legend: i32 = labels.iter().map(|l| 44 + 6 * l.len() as i32).sum();
     let (w, chart_h) = (1500u32, 400i32);
     let h = (chart_h + 50 + 16 * (legend / 1400 + 1) + 20) as u32;
     let mut c = Canvas { w, h, px: vec![255; (w * h * 3) as usize] };
@@ -147,11 +161,11 @@ pub fn plot(receipt: &Value, out: &std::path::Path) -> Result<(), String> {
     );
     text(&mut c, &head, 10, 16, true);
     for (i, (title, s)) in charts.iter().enumerate() {
-        chart(&mut c, (10 + i as i32 * 496, 30, 486, chart_h), title, &xs, s);
+        chart(&mut c, (10 + i as i32 * 496, 30, 486, chart_h), title, &xs, s, &labels);
     }
-    // One legend for the three charts, flowing left to right under them.
+    // The three charts share their series, so one legend under them names all and keeps each chart uncluttered.
     let (mut x, mut y) = (60, chart_h + 50);
-    for (k, (label, _)) in charts[0].1.iter().enumerate() {
+    for (k, label) in labels.iter().enumerate() {
         let width = 44 + 6 * label.len() as i32;
         if x + width > w as i32 - 10 {
             (x, y) = (60, y + 16);

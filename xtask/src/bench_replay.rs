@@ -1,7 +1,7 @@
 //! `cargo xtask bench replay`: a recorded multi-turn session (one chat request body per line) replayed at several concurrencies.
 
 use crate::bench_openai::stats;
-use crate::flags::{Target, each, list, num, unknown};
+use crate::flags::{Target, each, list, num, unknown, write_receipt};
 use serde_json::{Value, json};
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime};
@@ -138,11 +138,7 @@ fn replay(o: &Options, args: &[String]) -> Result<bool, String> {
     let receipt = json!({"tool": "cargo xtask bench replay", "command": format!("cargo xtask bench replay {}", args.join(" ")),
         "session": o.session, "turns": turns.len(), "url": o.target.url, "model": served, "max_tokens": o.max_tokens,
         "errors": errors, "cells": cells});
-    if let Some(out) = &o.out {
-        let text = serde_json::to_string_pretty(&receipt).map_err(|e| e.to_string())?;
-        std::fs::write(out, text).map_err(|e| format!("{out}: {e}"))?;
-        eprintln!("receipt: {out}");
-    }
+    write_receipt(o.out.as_deref(), &receipt)?;
     Ok(errors == 0)
 }
 

@@ -3,7 +3,7 @@
 use crate::bench_openai::progress;
 use crate::bench_openai_http::Client;
 use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
-use crate::flags::{Target, each, num, unknown};
+use crate::flags::{Target, each, num, unknown, write_receipt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::process::ExitCode;
@@ -18,7 +18,7 @@ usage: cargo xtask check sweep|invariance|divergence|needle|nll [--url URL] [--m
               seeded, must match bit for bit (text, ids, logprobs); a prompt resumed from the prompt cache
               must match it fresh
   divergence  --reference URL [--max-tokens M]: 12 prompts greedy on both servers; the first token where they part
-  needle      [--lengths N] [--max-len L] [--min-rate R]: a passphrase at depths 0, 25, 50, 75, 100 % of N prose
+  needle      [--lengths N] [--max-len L] [--min-rate R]: a passphrase at depths 0, 25, 50, 75, 100 % of N (4) prose
               prompts up to the context; passes when the greedy reply names it in at least R (default 1) of them
   nll         --reference URL [--prompts K] [--max-tokens M] [--max-nll-increase D] [--max-top1-drop P]: the reference's
               greedy continuations scored here with forced_tokens; NLL and top-1 per prompt-length bucket (bars: 0.01, 0.01)
@@ -28,7 +28,7 @@ pub struct Options {
     pub target: Target,
     pub concurrency: usize,
     pub out: Option<String>,
-    pub lengths: usize,
+    pub lengths: Option<usize>,
     pub max_len: Option<u64>,
     pub prompts: usize,
     pub prompt_tokens: u64,
@@ -45,7 +45,7 @@ impl Options {
             target: Target::default(),
             concurrency: 4,
             out: None,
-            lengths: 2124,
+            lengths: None,
             max_len: None,
             prompts: 8,
             prompt_tokens: 128,
@@ -60,7 +60,7 @@ impl Options {
                 _ if o.target.take(flag, v)? => {}
                 "--concurrency" => o.concurrency = num(flag, v)?,
                 "--out" => o.out = Some(v.into()),
-                "--lengths" => o.lengths = num(flag, v)?,
+                "--lengths" => o.lengths = Some(num(flag, v)?),
                 "--max-len" => o.max_len = Some(num(flag, v)?),
                 "--prompts" => o.prompts = num(flag, v)?,
                 "--prompt-tokens" => o.prompt_tokens = num(flag, v)?,
@@ -76,7 +76,7 @@ impl Options {
         if !asked {
             return Ok(None);
         }
-        if o.concurrency == 0 || o.lengths == 0 || o.prompts == 0 || o.prompt_tokens == 0 || o.max_tokens == 0 {
+        if o.concurrency == 0 || o.lengths == Some(0) || o.prompts == 0 || o.prompt_tokens == 0 || o.max_tokens == 0 {
             return Err("--concurrency, --lengths, --prompts, --prompt-tokens and --max-tokens must be positive".into());
         }
         Ok(Some(o))
@@ -87,6 +87,9 @@ impl Options {
 pub fn spread(n: usize, limit: u64) -> Vec<u64> {
     if n as u64 >= limit {
         return (1..=limit).collect();
+    }
+    if n == 1 {
+        return vec![limit];
     }
     let head = (n / 2).max(1) as u64;
     let rest = (n as u64 - head).max(1);
@@ -142,12 +145,12 @@ fn sweep(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
         return Err(format!("only {} ids of text for a {limit}-token sweep", ids.len()));
     }
     // The longest prompt leaves room for its one reply token inside the context.
-    let lengths = spread(o.lengths, limit.saturating_sub(1).max(1));
+    let lengths = spread(o.lengths.unwrap_or(2124), limit.saturating_sub(1).max(1));
     let t0 = Instant::now();
-    let results = parallel(o.concurrency, lengths.clone(), "sweep", |len| {
-        // Each length starts at its own place in the text, so no prompt is a prefix of another and no prompt cache helps.
-        let start = (len as usize * 7919) % (ids.len() - len as usize + 1);
-        let prompt = &ids[start..start + len as usize];
+    let jobs: Vec<(usize, u64)> = lengths.iter().copied().enumerate().collect();
+    let results = parallel(o.concurrency, jobs, "sweep", |(i, len)| {
+        // The i-th length starts at id i: distinct first tokens, so no prompt shares a cached prefix with another.
+        let prompt = &ids[i..i + len as usize];
         let body = json!({"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 1});
         let r = client.post_json("/v1/completions", &body);
         let why = match &r {
@@ -309,6 +312,10 @@ fn divergence(o: &Options, client: &Client, model: &str) -> Result<Value, String
 /// `cargo xtask check`: 0 when the check passed, 1 when it failed or could not run, 2 for a bad command line.
 pub fn run(args: &[String]) -> ExitCode {
     let which = args.first().map(String::as_str).unwrap_or("");
+    if matches!(which, "-h" | "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let o = match Options::parse(args.get(1..).unwrap_or(&[])) {
         Ok(Some(o)) if ["sweep", "invariance", "divergence", "needle", "nll"].contains(&which) => o,
         Ok(None) => {
@@ -347,13 +354,24 @@ pub fn run(args: &[String]) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let written = o.out.as_ref().map(|out| {
-        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
-        std::fs::write(out, text).map_err(|e| format!("{out}: {e}"))
-    });
-    if let Some(Err(e)) = written {
+    if let Err(e) = write_receipt(o.out.as_deref(), &r) {
         eprintln!("check {which}: {e}");
         return ExitCode::FAILURE;
     }
     if r["pass"] == true { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+
+    #[test]
+    fn spread_covers_one_to_the_limit_without_repeats() {
+        assert_eq!(spread(1, 100), [100]);
+        assert_eq!(spread(4, 261), [1, 2, 131, 261]);
+        assert_eq!(spread(10, 5), [1, 2, 3, 4, 5]);
+        let s = spread(2124, 8191);
+        assert_eq!((s.len(), s[0], s[1061], *s.last().unwrap()), (2124, 1, 1062, 8191));
+        assert!(s.windows(2).all(|w| w[0] < w[1]));
+    }
 }

@@ -5,11 +5,6 @@ use crate::bench_openai_prompts::{Sizing, corpus};
 use crate::check::{Options, parallel};
 use serde_json::{Value, json};
 
-/// Prompts sized by the server's `/tokenize` where it has one (a long prompt must land inside the context), else estimated.
-fn sizing(client: &Client, model: &str) -> Sizing {
-    if client.count_tokens(model, "hello world").is_some() { Sizing::Tokenize } else { Sizing::Estimate }
-}
-
 /// The needle's answer for one cell: a number no filler text contains.
 fn secret(len: u64, depth: u64) -> String {
     format!("{}", 40_000 + (len * 37 + depth * 101) % 9_973)
@@ -21,10 +16,10 @@ pub fn needle(o: &Options, client: &Client, model: &str) -> Result<Value, String
     let depths = [0u64, 25, 50, 75, 100];
     // The question and the reply need room after the filler.
     let longest = limit.saturating_sub(96).max(32);
-    let lengths: Vec<u64> =
-        (1..=o.lengths as u64).map(|i| longest * i / o.lengths as u64).filter(|&l| l >= 32).collect();
+    let n = o.lengths.unwrap_or(4) as u64;
+    let lengths: Vec<u64> = (1..=n).map(|i| longest * i / n).filter(|&l| l >= 32).collect();
     let mut prose = corpus(&crate::workspace_root(), "prose")?;
-    let sizing = sizing(client, model);
+    let sizing = Sizing::of(client, model);
     let mut cells = Vec::new();
     for &len in &lengths {
         let filler = prose.prompt(client, model, sizing, len, "Notes", len).0;
@@ -91,7 +86,7 @@ pub fn nll(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
         return Err(format!("a context of {limit} leaves no room for a 128-token prompt and {} tokens", o.max_tokens));
     }
     let mut jobs = Vec::new();
-    let sizing = sizing(client, model);
+    let sizing = Sizing::of(client, model);
     for kind in ["code", "prose"] {
         let mut c = corpus(&crate::workspace_root(), kind)?;
         for &b in &buckets {
@@ -114,6 +109,9 @@ pub fn nll(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
         let score =
             json!({"model": model, "prompt": prompt, "forced_tokens": ids, "max_tokens": ids.len(), "logprobs": 1});
         match client.post_json("/v1/completions", &score) {
+            Ok((200, v)) if reply_ids(&v).as_ref() != Some(&ids) => {
+                json!({"bucket": bucket, "error": format!("scored tokens {:?} are not the forced {ids:?}", reply_ids(&v))})
+            }
             Ok((200, v)) => {
                 let lp = &v["choices"][0]["logprobs"];
                 let ours: Vec<f64> =
@@ -126,7 +124,9 @@ pub fn nll(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
                     .flatten()
                     .zip(&ours)
                     .filter(|(alts, mine)| {
-                        alts.as_object().is_some_and(|m| m.values().all(|a| a.as_f64().is_some_and(|a| a <= **mine)))
+                        alts.as_object()
+                            .filter(|m| !m.is_empty())
+                            .is_some_and(|m| m.values().all(|a| a.as_f64().is_some_and(|a| a <= **mine)))
                     })
                     .count();
                 json!({"bucket": bucket, "tokens": ours.len(), "nll": -ours.iter().sum::<f64>(),

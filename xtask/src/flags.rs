@@ -1,4 +1,4 @@
-//! The flag loop the xtask commands share: `--flag value` pairs, bare switches, `-h`/`--help`, numbers and lists.
+//! What the xtask commands share: the flag loop (`--flag value`, switches, `-h`), numbers and lists, the server flags, receipts.
 
 use std::str::FromStr;
 
@@ -71,4 +71,13 @@ impl Target {
         let timeout = std::time::Duration::from_secs(self.timeout_s);
         crate::bench_openai_http::Client::new(url.unwrap_or(&self.url), self.api_key.clone(), timeout)
     }
+}
+
+/// Writes a receipt as pretty JSON to `out` when one was asked for, saying where; the error names the file.
+pub fn write_receipt(out: Option<&str>, receipt: &serde_json::Value) -> Result<(), String> {
+    let Some(out) = out else { return Ok(()) };
+    let text = serde_json::to_string_pretty(receipt).map_err(|e| e.to_string())?;
+    std::fs::write(out, text + "\n").map_err(|e| format!("{out}: {e}"))?;
+    eprintln!("receipt: {out}");
+    Ok(())
 }

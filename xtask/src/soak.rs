@@ -3,7 +3,7 @@
 use crate::bench_openai::{progress, stats};
 use crate::bench_openai_http::Client;
 use crate::bench_openai_prompts::{Corpus, Sizing, corpus};
-use crate::flags::{Target, each, num, unknown};
+use crate::flags::{Target, each, num, unknown, write_receipt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::process::ExitCode;
@@ -247,7 +247,8 @@ impl Worker<'_> {
                 let (mut b, _) = self.chat_body(true);
                 b["max_tokens"] = json!(self.o.max_tokens.max(32));
                 match self.client.stream_then_hang_up("/v1/chat/completions", &b) {
-                    Ok(()) => Outcome::Cancelled,
+                    Ok(true) => Outcome::Cancelled,
+                    Ok(false) => Outcome::Ok,
                     Err(e) => classify(e),
                 }
             }
@@ -258,9 +259,7 @@ impl Worker<'_> {
                         Ok(v) if v["error"]["message"].is_string() => Outcome::Ok,
                         _ => Outcome::Error(format!("a 400 without an OpenAI error body: {text}")),
                     },
-                    Ok((status, text)) => {
-                        Outcome::Error(format!("HTTP {status} for a malformed body ({body}): {text}"))
-                    }
+                    Ok((status, text)) => classify(format!("HTTP {status} for a malformed body ({body}): {text}")),
                     Err(e) => Outcome::Lost(e),
                 }
             }
@@ -288,7 +287,9 @@ struct Sample {
 
 /// A metric's value from Prometheus text, by exact name (labels included).
 fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    // vLLM labels its gauges (`{model_name="…"}`), so a name may be followed by labels; the value is the last field.
+    let line = text.lines().find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', '{'])))?;
+    line.split_whitespace().last()?.parse().ok()
 }
 
 fn proc_rss(pid: u32) -> Option<u64> {
@@ -378,11 +379,7 @@ fn soak(o: &Options, args: &[String]) -> Result<bool, String> {
     samples.push(last);
     let receipt = receipt(o, args, &served, &records, &samples, wall, lanes_free_s);
     print_summary(&receipt);
-    if let Some(out) = &o.out {
-        let text = serde_json::to_string_pretty(&receipt).map_err(|e| e.to_string())?;
-        std::fs::write(out, text).map_err(|e| format!("{out}: {e}"))?;
-        eprintln!("receipt: {out}");
-    }
+    write_receipt(o.out.as_deref(), &receipt)?;
     Ok(receipt["pass"] == true)
 }
 
@@ -422,7 +419,9 @@ fn receipt(
     let mem = memory(samples, o.duration_s, o.max_rss_growth);
     let totals = tally(&all);
     let drained = lanes_free_s.is_none_or(|f| f.is_some());
-    let pass = totals["errors"] == 0 && totals["lost"] == 0 && not_ok == 0 && mem["flat"] != false && drained;
+    // A server that refuses everything has lost nothing, but it served nobody either.
+    let any_ok = totals["ok"].as_u64().is_some_and(|n| n > 0);
+    let pass = any_ok && totals["errors"] == 0 && totals["lost"] == 0 && not_ok == 0 && mem["flat"] != false && drained;
     json!({
         "tool": "cargo xtask soak", "command": format!("cargo xtask soak {}", args.join(" ")), "url": o.target.url,
         "model": served, "unix_time": SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
@@ -513,6 +512,14 @@ mod tests {
         assert_eq!(m["flat"], false, "{m}");
         assert!(m["growth"].as_f64().unwrap() > 0.5, "{m}");
         assert!(memory(&[], 40.0, 0.1)["flat"].is_null(), "no samples, no verdict");
+    }
+
+    #[test]
+    fn metrics_are_read_with_or_without_labels() {
+        let text = "# HELP x\ntf:num_requests_running_max 9\ntf:num_requests_running 2\nvllm:num_requests_running{model_name=\"m\"} 3.0\n";
+        assert_eq!(metric(text, "tf:num_requests_running"), Some(2.0));
+        assert_eq!(metric(text, "vllm:num_requests_running"), Some(3.0));
+        assert_eq!(metric(text, "process_resident_memory_bytes"), None);
     }
 
     #[test]

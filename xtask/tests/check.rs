@@ -69,6 +69,8 @@ fn a_bad_check_name_or_flag_exits_2() {
         let o = Command::new(env!("CARGO_BIN_EXE_xtask")).arg("check").args(args).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
+    let o = Command::new(env!("CARGO_BIN_EXE_xtask")).args(["check", "--help"]).output().unwrap();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("needle"), "check --help prints usage");
 }
 
 #[test]
