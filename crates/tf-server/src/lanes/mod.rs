@@ -5,11 +5,12 @@ mod metrics;
 mod prefix;
 mod sample;
 mod sched;
+pub mod verify;
 
 pub use family::{Family, load_dsv41};
 pub use metrics::{Metrics, Outcome};
 pub use prefix::PrefixCache;
-pub use sample::{Rng, SamplingParams, argmax, biased, log_softmax, sample, top_logprobs};
+pub use sample::{Rng, SamplingParams, argmax, biased, distribution, draw, log_softmax, sample, top_logprobs};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};

@@ -66,11 +66,8 @@ fn tempered_log_softmax(logits: &[f32], t: f64) -> Vec<f32> {
     z.iter().map(|&v| (v - lse) as f32).collect()
 }
 
-/// Picks the next token: greedy at temperature 0, else sampling from the tempered, top-k/top-p filtered distribution.
-pub fn sample(logits: &[f32], p: &SamplingParams, rng: &mut Rng) -> u32 {
-    if p.temperature <= 0.0 {
-        return argmax(logits);
-    }
+/// What a request samples from at temperature > 0: the tempered, top-k/top-p filtered ids and their weights (sum near 1).
+pub fn distribution(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f64)> {
     let lp = tempered_log_softmax(logits, p.temperature as f64);
     let mut cand = top_logprobs(&lp, if p.top_k == 0 { lp.len() } else { p.top_k.min(lp.len()) });
     let mut mass = 0.0f64;
@@ -83,13 +80,26 @@ pub fn sample(logits: &[f32], p: &SamplingParams, rng: &mut Rng) -> u32 {
         }
     }
     cand.truncate(keep.max(1));
-    let total: f64 = cand.iter().map(|(_, l)| (*l as f64).exp()).sum();
-    let mut u = rng.uniform() * total;
-    for (id, l) in &cand {
-        u -= (*l as f64).exp();
+    // Unnormalized, as the sampler has always drawn: `draw` scales its uniform by the total, so seeded replies keep their bits.
+    cand.into_iter().map(|(id, l)| (id, (l as f64).exp())).collect()
+}
+
+/// One id drawn from weights with one uniform scaled by their total, walking them in order (the last takes any rounding).
+pub fn draw(dist: &[(u32, f64)], rng: &mut Rng) -> u32 {
+    let mut u = rng.uniform() * dist.iter().map(|d| d.1).sum::<f64>();
+    for &(id, q) in dist {
+        u -= q;
         if u < 0.0 {
-            return *id;
+            return id;
         }
     }
-    cand[cand.len() - 1].0
+    dist[dist.len() - 1].0
+}
+
+/// Picks the next token: greedy at temperature 0, else sampling from the tempered, top-k/top-p filtered distribution.
+pub fn sample(logits: &[f32], p: &SamplingParams, rng: &mut Rng) -> u32 {
+    if p.temperature <= 0.0 {
+        return argmax(logits);
+    }
+    draw(&distribution(logits, p), rng)
 }
