@@ -98,12 +98,7 @@ impl Client {
 
     /// The token count of `text` from `/tokenize` (ours and vLLM's shape), or `None` when the server has none.
     pub fn count_tokens(&self, model: &str, text: &str) -> Option<u64> {
-        let mut r = self.post("/tokenize", &json!({"model": model, "prompt": text})).ok()?;
-        if r.status().as_u16() != 200 {
-            return None;
-        }
-        let v: Value = serde_json::from_str(&r.body_mut().read_to_string().ok()?).ok()?;
-        v["count"].as_u64().or_else(|| v["tokens"].as_array().map(|t| t.len() as u64))
+        self.tokenize(model, text).map(|ids| ids.len() as u64)
     }
 
     /// Sends one streamed request and times its chunks; a failure lands in `error` with the times so far.

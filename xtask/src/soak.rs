@@ -292,16 +292,12 @@ fn metric(text: &str, name: &str) -> Option<f64> {
     line.split_whitespace().last()?.parse().ok()
 }
 
-fn proc_rss(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: u64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 fn sample(client: &Client, pid: Option<u32>, t0: Instant) -> Sample {
     let (health, health_ms) = client.get_text("/health").map_or((0, f64::NAN), |(s, _, dt)| (s, dt * 1e3));
     let text = client.get_text("/metrics").map(|r| r.1).unwrap_or_default();
-    let rss = metric(&text, "process_resident_memory_bytes").map(|v| v as u64).or_else(|| pid.and_then(proc_rss));
+    let rss = metric(&text, "process_resident_memory_bytes")
+        .map(|v| v as u64)
+        .or_else(|| pid.and_then(|p| tf_server::http::resident_bytes(Some(p))));
     let running = metric(&text, "tf:num_requests_running").or_else(|| metric(&text, "vllm:num_requests_running"));
     Sample { t_s: t0.elapsed().as_secs_f64(), health, health_ms, rss, running }
 }

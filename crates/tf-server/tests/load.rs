@@ -11,9 +11,7 @@ use tf_server::http::serve::ServeConfig;
 
 /// Resident set size of this process (the server runs in it), from /proc.
 fn rss_bytes() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 1024
+    tf_server::http::resident_bytes(None).expect("VmRSS in /proc/self/status") as usize
 }
 
 /// Sends `total` requests from `concurrency` client threads; returns how many came back complete.

@@ -180,16 +180,17 @@ async fn health(State(s): State<Arc<AppState>>) -> Response {
 /// Prometheus text format; the engine's metrics once the model has loaded, and the process's memory always.
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
     let mut text = s.engine.get().map(|e| e.host.metrics().render()).unwrap_or_default();
-    if let Some(rss) = resident_bytes() {
+    if let Some(rss) = resident_bytes(None) {
         text.push_str("# HELP process_resident_memory_bytes Resident memory size in bytes.\n");
         text.push_str(&format!("# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {rss}\n"));
     }
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
 
-/// This process's resident set from /proc (Linux), under the name Prometheus' process collector uses; `None` elsewhere.
-fn resident_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+/// A process's resident set from /proc (this one for `None`; Linux only, `None` elsewhere): /metrics, the soak and the load test.
+pub fn resident_bytes(pid: Option<u32>) -> Option<u64> {
+    let status =
+        std::fs::read_to_string(pid.map_or("/proc/self/status".into(), |p| format!("/proc/{p}/status"))).ok()?;
     let kib: u64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
