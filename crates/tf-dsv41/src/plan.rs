@@ -48,6 +48,14 @@ macro_rules! impl_lane {
 }
 pub(crate) use impl_lane;
 
+/// Where a verify window started: its position, its rows' tokens and the n-gram history before them.
+#[derive(Clone, Debug)]
+pub struct Armed {
+    pub pos0: usize,
+    pub tokens: Vec<u32>,
+    pub history: Option<NgramHistory>,
+}
+
 /// The ops of the dsv41 forward on one backend; [`prefill`] and [`decode`] call them in the plan's order.
 pub trait Backend {
     type Lane: Lane;
@@ -119,6 +127,10 @@ pub trait Backend {
     fn head(&self, s: &Self::Streams, last_only: bool) -> Result<Self::Logits>;
     /// The logits on the host, a vector per row.
     fn host_logits(&self, l: Self::Logits) -> Result<Vec<Vec<f32>>>;
+    /// Remembers what the verify window `armed` is about to overwrite; `None` forgets the last one.
+    fn arm(&self, lane: &mut Self::Lane, armed: Option<Armed>) -> Result<()>;
+    /// Puts back what the armed window's rows past its first `keep` overwrote (positions and history are the plan's).
+    fn disarm(&self, lane: &mut Self::Lane, keep: usize) -> Result<Armed>;
     /// Runs one decode step of `rows` rows (a backend may capture and replay it as a graph).
     fn decode_step<R>(&self, _rows: usize, step: impl FnOnce() -> Result<R>) -> Result<R> {
         step()
@@ -181,6 +193,7 @@ pub fn prefill<B: Backend>(
         return Err(CoreError::Invalid("prefill of an empty chunk".into()).into());
     }
     check_tokens(b.cfg(), tokens)?;
+    b.arm(lane, None)?;
     let pos0 = *lane.pos_mut();
     let ids = engram_ids(b, lane, tokens)?;
     let mut s = b.embed(tokens)?;
@@ -216,6 +229,49 @@ fn last_row<B: Backend>(b: &B, s: &B::Streams) -> Result<Vec<f32>> {
 
 /// Runs rows after the prompt (one decode token, or a few verify rows) through every layer; logits per row.
 pub fn decode<B: Backend>(b: &B, lane: &mut B::Lane, tokens: &[u32], ahead: &[ChunkRows]) -> Result<Vec<Vec<f32>>> {
+    b.arm(lane, None)?;
+    decode_rows(b, lane, tokens, ahead, true)
+}
+
+/// [`decode`] of a verify window `[t, d1 .. dk]` that [`rewind`] can cut back to the rows it accepts.
+pub fn verify<B: Backend>(b: &B, lane: &mut B::Lane, tokens: &[u32], ahead: &[ChunkRows]) -> Result<Vec<Vec<f32>>> {
+    let cfg = b.cfg();
+    if tokens.len() > cfg.window_size {
+        let what = format!("a verify window of {} rows is wider than the window of {}", tokens.len(), cfg.window_size);
+        return Err(CoreError::Invalid(what).into());
+    }
+    if b.opts().quirks.stale_index_keys {
+        return Err(CoreError::Invalid("verify windows need the stale-index-keys quirk off".into()).into());
+    }
+    let history = lane.engram_history().map(|h| h.clone());
+    let pos0 = *lane.pos_mut();
+    b.arm(lane, Some(Armed { pos0, tokens: tokens.to_vec(), history }))?;
+    // Graphs are for plain steps: a window keeps its compressor rows for the rewind.
+    let rows = decode_rows(b, lane, tokens, ahead, false);
+    if rows.is_err() {
+        b.arm(lane, None)?;
+    }
+    rows
+}
+
+/// Keeps the first `keep` rows of the last verify window and drops the rest, as if only those had been decoded.
+pub fn rewind<B: Backend>(b: &B, lane: &mut B::Lane, keep: usize) -> Result<()> {
+    let armed = b.disarm(lane, keep)?;
+    *lane.pos_mut() = armed.pos0 + keep;
+    if let (Some(saved), Some(h)) = (armed.history, lane.engram_history()) {
+        *h = saved;
+        engram_ids(b, lane, &armed.tokens[..keep])?;
+    }
+    Ok(())
+}
+
+fn decode_rows<B: Backend>(
+    b: &B,
+    lane: &mut B::Lane,
+    tokens: &[u32],
+    ahead: &[ChunkRows],
+    graphs: bool,
+) -> Result<Vec<Vec<f32>>> {
     if lane.replay_pending() {
         return Err(CoreError::Invalid("decode before the prompt's last chunk was prefilled".into()).into());
     }
@@ -226,12 +282,13 @@ pub fn decode<B: Backend>(b: &B, lane: &mut B::Lane, tokens: &[u32], ahead: &[Ch
     let pos0 = *lane.pos_mut();
     let ids = engram_ids(b, lane, tokens)?;
     let n = b.cfg().n_layers;
-    let logits = b.decode_step(tokens.len(), || {
+    let step = |lane: &mut B::Lane| {
         let mut s = b.embed(tokens)?;
         let taps = run_blocks(b, 0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
         b.seed_drafts(lane, pos0, &taps, tokens.len());
         b.head(&s, false)
-    })?;
+    };
+    let logits = if graphs { b.decode_step(tokens.len(), || step(lane))? } else { step(lane)? };
     *lane.pos_mut() += tokens.len();
     b.host_logits(logits)
 }

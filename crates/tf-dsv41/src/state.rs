@@ -30,6 +30,17 @@ impl WindowRing {
         let n = self.slots.len();
         self.slots[pos % n] = Some((pos, row));
     }
+
+    /// What the slot of `pos` holds now, to put back with [`WindowRing::restore`].
+    pub fn saved(&self, pos: usize) -> Option<(usize, Vec<bf16>)> {
+        self.slots[pos % self.slots.len()].clone()
+    }
+
+    /// Puts a slot of `pos` back as [`WindowRing::saved`] found it.
+    pub fn restore(&mut self, pos: usize, slot: Option<(usize, Vec<bf16>)>) {
+        let n = self.slots.len();
+        self.slots[pos % n] = slot;
+    }
 }
 
 /// A KV source's compressed cache: completed groups' latents and index keys, and the open group's inputs.
@@ -41,6 +52,8 @@ pub struct CompressedCache {
     pub latents: Vec<Vec<bf16>>,
     /// Post-RoPE, FP4-fake-quantized index keys, one per completed group.
     pub index_k: Vec<Vec<bf16>>,
+    /// The (kv, gate) rows fed during an armed verify window, so a rewind can rebuild the open group.
+    pub recent: Option<Vec<(Vec<f32>, Vec<f32>)>>,
 }
 
 /// Everything one sequence carries between forward calls.
@@ -59,6 +72,18 @@ pub struct SeqState {
     pub engram: Option<tf_engram::NgramHistory>,
     /// Prompt rows waiting for the decoder under bounded replay: the last `window` rows entering layer n/2.
     pub replay: Option<ReplayRows>,
+    /// What the last verify window overwrote, until it is rewound or another call starts.
+    pub undo: Option<Undo>,
+}
+
+/// A verify window's undo record on the CPU: the ring slots, open groups and cache lengths before it.
+#[derive(Clone, Debug)]
+pub struct Undo {
+    pub armed: crate::plan::Armed,
+    /// Per layer, the ring slot of each window row before the window wrote it.
+    pub slots: Vec<Vec<Option<(usize, Vec<bf16>)>>>,
+    /// Per KV source: the open group, latent count and index-key count before the window.
+    pub caches: Vec<Option<(Vec<(Vec<f32>, Vec<f32>)>, usize, usize)>>,
 }
 
 /// Stream state of the newest prompt rows at the encoder/decoder boundary, kept across prefill chunks.
@@ -85,6 +110,7 @@ impl SeqState {
             last_key_publisher: None,
             engram: None,
             replay: None,
+            undo: None,
         }
     }
 }

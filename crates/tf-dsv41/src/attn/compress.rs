@@ -28,7 +28,11 @@ impl AttnWeights {
             let kv = c.wkv.forward_f32(&xf, rows);
             let gate = c.wgate.as_ref().expect("ratio-2 compressors have a gate").forward_f32(&xf, rows);
             for r in 0..rows {
-                cache.open.push((kv[r * d..(r + 1) * d].to_vec(), gate[r * d..(r + 1) * d].to_vec()));
+                let row = (kv[r * d..(r + 1) * d].to_vec(), gate[r * d..(r + 1) * d].to_vec());
+                if let Some(recent) = cache.recent.as_mut() {
+                    recent.push(row.clone());
+                }
+                cache.open.push(row);
                 if (pos0 + r + 1).is_multiple_of(ratio) {
                     pooled.extend(pool(&cache.open, d));
                     cache.open.clear();

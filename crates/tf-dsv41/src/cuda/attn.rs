@@ -221,6 +221,9 @@ impl GpuModel {
             super::lane::copy(gpu, &skv, groups * ratio * row, &mut cache.open_kv, 0, left * row)?;
             super::lane::copy(gpu, &sgate, groups * ratio * row, &mut cache.open_gate, 0, left * row)?;
             cache.open_n = left;
+            if let Some(recent) = cache.recent.as_mut() {
+                *recent = Some((skv, sgate));
+            }
             (pooled, groups)
         };
         if groups == 0 {

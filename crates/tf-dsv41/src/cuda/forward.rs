@@ -92,6 +92,14 @@ impl Backend for GpuModel {
         lane.replay.take().map(|r| (r.pos0, GStreams { x: r.x, mix: r.mix, rows: r.rows }, r.engram_ids))
     }
 
+    fn arm(&self, lane: &mut GpuLane, armed: Option<plan::Armed>) -> Result<()> {
+        Ok(self.arm_undo(lane, armed)?)
+    }
+
+    fn disarm(&self, lane: &mut GpuLane, keep: usize) -> Result<plan::Armed> {
+        Ok(self.rewind_undo(lane, keep)?)
+    }
+
     fn seed_drafts(&self, _lane: &mut GpuLane, _pos0: usize, _taps: &[Self::Tap], _rows: usize) {}
 
     fn head(&self, s: &GStreams, last_only: bool) -> Result<Buf> {
@@ -139,6 +147,16 @@ impl GpuModel {
     /// Runs rows after the prompt (a decode token or a few verify rows) through every layer; logits per row.
     pub fn decode(&self, lane: &mut GpuLane, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         plan::decode(self, lane, tokens, &[])
+    }
+
+    /// A verify window `[t, d1 .. dk]`: [`GpuModel::decode`] that [`GpuModel::rewind`] can cut back to the rows it accepts.
+    pub fn verify(&self, lane: &mut GpuLane, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        plan::verify(self, lane, tokens, &[])
+    }
+
+    /// Keeps the first `keep` rows of the last verify window, as if only they had been decoded.
+    pub fn rewind(&self, lane: &mut GpuLane, keep: usize) -> Result<()> {
+        plan::rewind(self, lane, keep)
     }
 
     /// [`GpuModel::decode`] of rows whose Engram rows were fetched ahead as one chunk.

@@ -17,6 +17,8 @@ pub struct GCache {
     pub index_k: Option<Buf>,
     pub groups: usize,
     pub cap: usize,
+    /// Open rows then the window's kv and gate rows (f32), kept while a verify window is armed.
+    pub recent: Option<Option<(Buf, Buf)>>,
 }
 
 /// Rows waiting for the decoder under bounded replay (the newest `window` rows entering layer n/2).
@@ -38,6 +40,8 @@ pub struct GpuLane {
     pub last_key_publisher: Option<usize>,
     pub engram: Option<tf_engram::NgramHistory>,
     pub replay: Option<GReplay>,
+    /// What the last verify window overwrote, until it is rewound or another call starts.
+    pub undo: Option<super::rewind::GUndo>,
 }
 
 /// A device copy of `src`.
@@ -88,6 +92,7 @@ impl GCache {
             index_k: index_dim.map(|id| gpu.pool().take(cap * id * 2)).transpose()?,
             groups: 0,
             cap,
+            recent: None,
         })
     }
 
@@ -101,6 +106,7 @@ impl GCache {
             index_k: self.index_k.as_ref().map(|k| dup(gpu, k)).transpose()?,
             groups: self.groups,
             cap: self.cap,
+            recent: None,
         })
     }
 }
@@ -130,6 +136,7 @@ impl GpuLane {
             last_key_publisher: self.last_key_publisher,
             engram: self.engram.clone(),
             replay,
+            undo: None,
         })
     }
 }

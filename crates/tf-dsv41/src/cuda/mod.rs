@@ -10,6 +10,7 @@ mod moe;
 pub mod ops;
 #[cfg(feature = "testkit")]
 mod probe;
+mod rewind;
 #[cfg(feature = "testkit")]
 pub mod synth;
 pub mod weights;

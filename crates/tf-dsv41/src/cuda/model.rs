@@ -193,6 +193,7 @@ impl GpuModel {
             last_key_publisher: None,
             engram: self.hasher().map(tf_engram::NgramHasher::history),
             replay: None,
+            undo: None,
         })
     }
 

@@ -105,6 +105,15 @@ impl Backend for Model {
         st.replay.take().map(|r| (r.pos0, Streams { x: r.x, pre: r.pre }, r.engram_ids))
     }
 
+    fn arm(&self, st: &mut SeqState, armed: Option<plan::Armed>) -> Result<()> {
+        self.arm_undo(st, armed);
+        Ok(())
+    }
+
+    fn disarm(&self, st: &mut SeqState, keep: usize) -> Result<plan::Armed> {
+        Ok(self.rewind_undo(st, keep)?)
+    }
+
     fn seed_drafts(&self, st: &mut SeqState, pos0: usize, taps: &[Vec<bf16>], rows: usize) {
         self.seed_draft_rings(st, pos0, taps, rows);
     }
@@ -188,6 +197,16 @@ impl Model {
     /// Runs rows after the prompt (one decode token, or a few verify rows) through every layer; logits per row.
     pub fn decode(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         plan::decode(self, st, tokens, &[])
+    }
+
+    /// A verify window `[t, d1 .. dk]`: [`Model::decode`] that [`Model::rewind`] can cut back to the rows it accepts.
+    pub fn verify(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        plan::verify(self, st, tokens, &[])
+    }
+
+    /// Keeps the first `keep` rows of the last verify window, as if only they had been decoded.
+    pub fn rewind(&self, st: &mut SeqState, keep: usize) -> Result<()> {
+        plan::rewind(self, st, keep)
     }
 
     /// [`Model::decode`] with these rows' Engram rows fetched ahead (one chunk per Engram layer, [`crate::model::Prefetch`]).

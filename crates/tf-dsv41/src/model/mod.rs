@@ -3,6 +3,7 @@
 mod block;
 mod dspark;
 mod forward;
+mod rewind;
 pub(crate) mod prefetch;
 
 pub use block::{Block, BlockCall, Streams};
