@@ -11,6 +11,7 @@ mod mix;
 mod probe;
 mod rows;
 mod util;
+mod verify;
 
 use e2e::Exl3Run;
 use std::process::ExitCode;
@@ -68,6 +69,9 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
                 run_one(&format!("{gate} {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind, run));
             }
         }
+    }
+    for kind in [TinyKind::Tiny, TinyKind::Small] {
+        run_one(&format!("verify {}", kind.name()), &mut |r| verify::check(gpu, rng, r, kind));
     }
     run_one("engram read-ahead", &mut |r| engram::check(gpu, rng, r));
     run_one("probe", &mut |r| probe::check(gpu, rng, r));
