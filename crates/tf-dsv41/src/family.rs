@@ -101,6 +101,23 @@ impl Family for crate::Model {
         crate::Model::decode(self, lane, tokens)
     }
 
+    fn draft(&self, lane: &mut Self::Lane, next: u32, max: usize) -> Result<Option<tf_family::Draft>, Error> {
+        if self.dspark.is_none() || max == 0 || self.opts.quirks.stale_index_keys {
+            return Ok(None);
+        }
+        let d = crate::Model::draft(self, lane, next)?;
+        let n = max.min(d.tokens.len());
+        Ok(Some(tf_family::Draft { tokens: d.tokens[..n].to_vec(), confidence: d.confidence[..n].to_vec() }))
+    }
+
+    fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
+        crate::Model::verify(self, lane, tokens)
+    }
+
+    fn rewind(&self, lane: &mut Self::Lane, keep: usize) -> Result<(), Error> {
+        crate::Model::rewind(self, lane, keep)
+    }
+
     dsv41_read_ahead!(crate::Model);
 }
 
@@ -134,6 +151,14 @@ impl Family for crate::cuda::GpuModel {
 
     fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
         crate::cuda::GpuModel::decode(self, lane, tokens)
+    }
+
+    fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
+        crate::cuda::GpuModel::verify(self, lane, tokens)
+    }
+
+    fn rewind(&self, lane: &mut Self::Lane, keep: usize) -> Result<(), Error> {
+        crate::cuda::GpuModel::rewind(self, lane, keep)
     }
 
     dsv41_read_ahead!(crate::cuda::GpuModel);

@@ -20,6 +20,19 @@ pub trait Family: Send + 'static {
     /// Feeds rows after the prompt; returns each row's logits.
     fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Self::Error>;
 
+    /// Up to `max` draft tokens for the positions after `next` (the lane's next token), each with a confidence logit; `None`: this family drafts nothing.
+    fn draft(&self, _lane: &mut Self::Lane, _next: u32, _max: usize) -> Result<Option<Draft>, Self::Error> {
+        Ok(None)
+    }
+    /// A verify window `[next, d1 .. dk]`: [`Family::decode`] that [`Family::rewind`] can cut back.
+    fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Self::Error> {
+        self.decode(lane, tokens)
+    }
+    /// Keeps the first `keep` rows of the last verify window, as if only they had been decoded (called only by families that draft).
+    fn rewind(&self, _lane: &mut Self::Lane, _keep: usize) -> Result<(), Self::Error> {
+        unreachable!("rewind is called only after a draft, and this family drafts nothing")
+    }
+
     /// What a prompt's rows fetched ahead of its chunks are held in (Engram read-ahead); `()` for families without.
     type Prefetch: Send;
     /// Starts fetching what the prompt's chunks (of these lengths, after `lane`'s history; `None`: a fresh lane's) will read; `None`: nothing to fetch.
@@ -54,4 +67,12 @@ pub trait Family: Send + 'static {
     ) -> Result<Vec<Vec<f32>>, Self::Error> {
         self.decode(lane, tokens)
     }
+}
+
+/// Draft tokens for the positions after a lane's next token, and the drafter's confidence logit of each.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Draft {
+    pub tokens: Vec<u32>,
+    /// `sigmoid(confidence[i])` estimates the chance that `tokens[i]` is accepted once `tokens[..i]` are.
+    pub confidence: Vec<f32>,
 }

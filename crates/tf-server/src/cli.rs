@@ -143,6 +143,12 @@ pub struct ServeArgs {
     /// Record each decode step as a CUDA graph (same bits; needs --device cuda)
     #[arg(long)]
     pub cuda_graphs: bool,
+    /// Never draft: plain decode for every request (drafting keeps the bits; it only changes speed)
+    #[arg(long)]
+    pub no_draft: bool,
+    /// Draft tokens per verify window, 1 to 5 (default: chosen per window from DSpark's confidences and measured costs)
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub draft_len: Option<u8>,
     /// EXL3 on the GPU: the exact kernels, or tensor cores (tier 2)
     #[arg(long, value_enum, default_value = "exact")]
     pub exl3_kernels: Exl3Kernels,
@@ -247,6 +253,8 @@ impl ServeArgs {
             },
             prefix_block: self.prefix_block,
             prefix_cache_tokens: self.prefix_cache_tokens,
+            draft: !self.no_draft,
+            draft_len: self.draft_len.map(usize::from),
         };
         Ok(ServeConfig {
             model_dir: self.model,

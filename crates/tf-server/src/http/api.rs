@@ -30,9 +30,8 @@ pub struct Common {
     pub stream_options: Option<Value>,
     /// Teacher forcing: the completion is exactly these token ids, returned with their logprobs.
     pub forced_tokens: Option<Vec<u32>>,
-    /// Ask for DSpark drafting; accepted now, acted on once the verify loop lands.
-    #[serde(default)]
-    pub draft: bool,
+    /// `false`: no DSpark drafting for this request (default: draft where the host does; the reply's bits are the same).
+    pub draft: Option<bool>,
     /// OpenAI `logit_bias`: token id (as a string key) to a bias in [-100, 100].
     pub logit_bias: Option<Value>,
 }
@@ -149,7 +148,7 @@ impl Common {
             n,
             max_tokens: if forced.is_empty() { max_tokens } else { forced.len() },
             forced,
-            draft: self.draft,
+            draft: self.draft.unwrap_or(true),
             logit_bias: logit_bias(self.logit_bias.as_ref())?,
         })
     }
@@ -185,6 +184,7 @@ impl GenParams {
             logprobs: self.logprobs,
             forced: self.forced.clone(),
             logit_bias: self.logit_bias.clone(),
+            no_draft: !self.draft,
         }
     }
 }

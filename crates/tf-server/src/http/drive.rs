@@ -14,6 +14,8 @@ pub struct Summary {
     pub completion_tokens: usize,
     /// Prompt tokens served from the prompt cache.
     pub cached_tokens: usize,
+    /// Draft tokens verified and accepted (DSpark).
+    pub drafts: (usize, usize),
 }
 
 /// Why a choice ended without finishing; its message is the 500's or the stream's error chunk.
@@ -58,13 +60,14 @@ pub fn drive(
                     return Err(DriveError::ClientGone);
                 }
                 if stop.hit() {
-                    let cached_tokens = rx.cached_tokens();
+                    let (cached_tokens, drafts) = (rx.cached_tokens(), rx.draft_counts());
                     rx.stop_here();
                     return Ok(Summary {
                         finish: "stop",
                         prompt_tokens: prompt.len(),
                         completion_tokens: completion,
                         cached_tokens,
+                        drafts,
                     });
                 }
             }
@@ -76,7 +79,8 @@ pub fn drive(
                     sink(Delta { text, token: None });
                 }
                 let finish = if stop.hit() || finish == Finish::Stop { "stop" } else { "length" };
-                return Ok(Summary { finish, prompt_tokens, completion_tokens, cached_tokens });
+                let drafts = rx.draft_counts();
+                return Ok(Summary { finish, prompt_tokens, completion_tokens, cached_tokens, drafts });
             }
             Event::Error(e) => return Err(DriveError::Model(e)),
         }
@@ -100,6 +104,13 @@ pub fn usage(choices: &[Summary]) -> Value {
     let prompt = choices.first().map_or(0, |s| s.prompt_tokens);
     let cached = choices.iter().map(|s| s.cached_tokens).max().unwrap_or(0);
     let completion: usize = choices.iter().map(|s| s.completion_tokens).sum();
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached}})
+    let mut u = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached}});
+    let (drafted, accepted) = choices.iter().fold((0, 0), |t, s| (t.0 + s.drafts.0, t.1 + s.drafts.1));
+    // OpenAI's names for predicted-output tokens, which is what verified drafts are.
+    if drafted > 0 {
+        u["completion_tokens_details"] =
+            json!({"accepted_prediction_tokens": accepted, "rejected_prediction_tokens": drafted - accepted});
+    }
+    u
 }

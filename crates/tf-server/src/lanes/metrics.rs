@@ -65,6 +65,11 @@ pub struct Metrics {
     ttft: Mutex<Histogram>,
     itl: Mutex<Histogram>,
     e2e: Mutex<Histogram>,
+    /// Verify windows, draft tokens proposed, accepted, and accepted by draft position.
+    windows: AtomicU64,
+    drafted: AtomicU64,
+    accepted: AtomicU64,
+    accepted_at: [AtomicU64; super::spec::MAX_DRAFT],
 }
 
 impl Metrics {
@@ -79,6 +84,22 @@ impl Metrics {
         self.generation_tokens.fetch_add(1, Ordering::Relaxed);
         let h = if first { &self.ttft } else { &self.itl };
         h.lock().observe(secs);
+    }
+
+    /// One verify window of `drafted` draft tokens, the first `accepted` of them kept.
+    pub(crate) fn window(&self, drafted: usize, accepted: usize) {
+        self.windows.fetch_add(1, Ordering::Relaxed);
+        self.drafted.fetch_add(drafted as u64, Ordering::Relaxed);
+        self.accepted.fetch_add(accepted as u64, Ordering::Relaxed);
+        for c in &self.accepted_at[..accepted.min(self.accepted_at.len())] {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// (windows, draft tokens, accepted draft tokens) so far.
+    pub fn drafting(&self) -> (u64, u64, u64) {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        (get(&self.windows), get(&self.drafted), get(&self.accepted))
     }
 
     pub(crate) fn finished(&self, outcome: Outcome, e2e_secs: f64) {
@@ -111,6 +132,9 @@ impl Metrics {
             ("generation_tokens_total", "Tokens generated.", &self.generation_tokens),
             ("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", &self.cache_queries),
             ("prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", &self.cache_hits),
+            ("spec_decode_num_drafts_total", "DSpark verify windows.", &self.windows),
+            ("spec_decode_num_draft_tokens_total", "Draft tokens verified.", &self.drafted),
+            ("spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", &self.accepted),
         ];
         for (name, help, c) in counters {
             let _ = writeln!(
@@ -119,6 +143,15 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
+        let name = "tf:spec_decode_num_accepted_tokens_per_pos_total";
+        let _ = writeln!(out, "# HELP {name} Draft tokens accepted, by position in the draft.\n# TYPE {name} counter");
+        for (pos, c) in self.accepted_at.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{position=\"{pos}\"}} {}", c.load(Ordering::Relaxed));
+        }
+        let (windows, _, accepted) = self.drafting();
+        let mean = if windows == 0 { 0.0 } else { 1.0 + accepted as f64 / windows as f64 };
+        let name = "tf:spec_decode_mean_accepted_length";
+        let _ = writeln!(out, "# HELP {name} Tokens per verify window (accepted drafts plus one).\n# TYPE {name} gauge\n{name} {mean}");
         let _ = writeln!(out, "# HELP tf:request_success_total Finished requests by reason.");
         let _ = writeln!(out, "# TYPE tf:request_success_total counter");
         for ((_, label), c) in OUTCOMES.iter().zip(&self.outcomes) {

@@ -5,6 +5,7 @@ mod metrics;
 mod prefix;
 mod sample;
 mod sched;
+pub mod spec;
 pub mod verify;
 
 pub use family::{Family, load_dsv41};
@@ -36,6 +37,10 @@ pub struct Limits {
     pub prefix_block: usize,
     /// Tokens held in prompt-cache snapshots altogether; 0 turns the cache off.
     pub prefix_cache_tokens: usize,
+    /// DSpark drafting where the family drafts and a window beats plain decode (`--no-draft` turns it off).
+    pub draft: bool,
+    /// Draft tokens per window: `None` picks each window's from the confidences and measured costs, `Some(k)` always `k` (at most 5).
+    pub draft_len: Option<usize>,
 }
 
 impl Default for Limits {
@@ -49,6 +54,8 @@ impl Default for Limits {
             admission: Admission::Fifo,
             prefix_block: 64,
             prefix_cache_tokens: 1 << 16,
+            draft: true,
+            draft_len: None,
         }
     }
 }
@@ -92,6 +99,8 @@ pub struct GenRequest {
     pub forced: Vec<u32>,
     /// OpenAI `logit_bias`: added to these ids' logits before sampling, and seen by logprobs.
     pub logit_bias: Vec<(u32, f32)>,
+    /// `"draft": false`: plain decode for this request even where the host drafts.
+    pub no_draft: bool,
 }
 
 /// One generated token.
@@ -138,6 +147,7 @@ struct Job {
     submitted: Instant,
     cancel: Arc<AtomicU8>,
     cached: Arc<AtomicUsize>,
+    drafts: Arc<spec::DraftCounts>,
 }
 
 const LIVE: u8 = 0;
@@ -161,6 +171,7 @@ pub struct Events {
     rx: Receiver<Event>,
     cancel: Arc<AtomicU8>,
     cached: Arc<AtomicUsize>,
+    drafts: Arc<spec::DraftCounts>,
 }
 
 impl Events {
@@ -172,6 +183,11 @@ impl Events {
     /// Prompt tokens this request took from the prompt cache (known once it has a lane).
     pub fn cached_tokens(&self) -> usize {
         self.cached.load(Ordering::Relaxed)
+    }
+
+    /// Draft tokens this request's windows proposed and accepted so far.
+    pub fn draft_counts(&self) -> (usize, usize) {
+        (self.drafts.drafted.load(Ordering::Relaxed), self.drafts.accepted.load(Ordering::Relaxed))
     }
 
     /// A handle that cancels this request from elsewhere (a plain HTTP request whose client hung up).
@@ -279,14 +295,22 @@ impl LaneHost {
         }
         let (events, rx) = mpsc::channel();
         let (cancel, cached) = (Arc::new(AtomicU8::new(LIVE)), Arc::new(AtomicUsize::new(0)));
-        let job = Job { req, events, submitted: Instant::now(), cancel: cancel.clone(), cached: cached.clone() };
+        let drafts = Arc::new(spec::DraftCounts::default());
+        let job = Job {
+            req,
+            events,
+            submitted: Instant::now(),
+            cancel: cancel.clone(),
+            cached: cached.clone(),
+            drafts: drafts.clone(),
+        };
         let sent = self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok());
         if !sent {
             waiting.fetch_sub(1, Ordering::SeqCst);
             self.queued_tokens.fetch_sub(tokens, Ordering::SeqCst);
             return Err(SubmitError::Stopped);
         }
-        Ok(Events { rx, cancel, cached })
+        Ok(Events { rx, cancel, cached, drafts })
     }
 
     /// The longest prompt plus completion a lane holds, in tokens.

@@ -1,6 +1,7 @@
 //! The scheduler thread: admission, prompt chunks and decode rounds, the prompt cache, and per-request events.
 
 use super::sample::{Rng, biased, log_softmax, sample, top_logprobs};
+use super::spec::{Costs, LaneDraft, MAX_DRAFT};
 use super::{Admission, Event, Family, Finish, Job, Limits, Metrics, Outcome, PrefixCache, TokenEvent};
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -24,6 +25,7 @@ struct Active<L, P> {
     generated: usize,
     rng: Rng,
     last_token: Instant,
+    draft: LaneDraft,
 }
 
 impl<L, P> Active<L, P> {
@@ -52,6 +54,8 @@ pub(super) struct Scheduler<F: Family> {
     early: Option<Early<F::Prefetch>>,
     /// Alternates prompt chunks with decode rounds while both kinds of lanes exist.
     decode_turn: bool,
+    /// Verify-window and draft costs, measured when a lane first drafts (`Some(None)`: this family drafts nothing).
+    costs: Option<Option<Costs>>,
 }
 
 /// What a lane does after a step.
@@ -74,6 +78,7 @@ impl<F: Family> Scheduler<F> {
             queued_tokens,
             early: None,
             decode_turn: false,
+            costs: None,
         }
     }
 
@@ -156,6 +161,7 @@ impl<F: Family> Scheduler<F> {
                 }
             };
             let rng = Rng::new(job.req.sampling.seed);
+            let draft = LaneDraft::new(self.limits.draft && !job.req.no_draft && job.req.forced.is_empty());
             let now = Instant::now();
             let a = Active {
                 lane,
@@ -169,6 +175,7 @@ impl<F: Family> Scheduler<F> {
                 generated: 0,
                 rng,
                 last_token: now,
+                draft,
             };
             self.active.push(a);
         }
@@ -237,6 +244,13 @@ impl<F: Family> Scheduler<F> {
     }
 
     fn step_lane(&mut self, i: usize) -> After {
+        let a = &mut self.active[i];
+        if a.fed >= a.job.req.prompt.len()
+            && a.draft.wants()
+            && let Some(after) = self.draft_step(i)
+        {
+            return after;
+        }
         let (family, chunk) = (&self.family, self.limits.prefill_chunk.max(1));
         let a = &mut self.active[i];
         let prompt = &a.job.req.prompt;
@@ -281,6 +295,81 @@ impl<F: Family> Scheduler<F> {
         }
         after
     }
+}
+
+impl<F: Family> Scheduler<F> {
+    /// One verify window `[next, d1 .. dk]` on lane `i`, or `None` where this step decodes plainly.
+    fn draft_step(&mut self, i: usize) -> Option<After> {
+        let fixed = self.limits.draft_len;
+        let costs = match &self.costs {
+            _ if fixed.is_some() => None,
+            Some(c) => c.clone(),
+            None => {
+                let c = Costs::measure(&self.family);
+                tracing::info!(costs = ?c, "drafting: measured verify-window and draft seconds");
+                self.costs = Some(c.clone());
+                c
+            }
+        };
+        let (family, metrics, a) = (&self.family, &self.metrics, &mut self.active[i]);
+        if fixed.is_none() && costs.is_none() {
+            a.draft.on = false;
+            return None;
+        }
+        let room = limit(&a.job.req, family.max_context()).saturating_sub(a.generated + 1).min(MAX_DRAFT);
+        let next = a.next.expect("a lane past its prompt has a next token");
+        if room == 0 {
+            return None;
+        }
+        let d = match family.draft(&mut a.lane, next, room) {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                a.draft.on = false;
+                return None;
+            }
+            Err(e) => return Some(fail(e.to_string())),
+        };
+        let (k, wins) = match (fixed, costs) {
+            (Some(k), _) => (k.min(d.tokens.len()), true),
+            (None, c) => c.expect("measured above").choose(&d.confidence),
+        };
+        if !wins {
+            a.draft.back_off();
+        }
+        if k == 0 {
+            return None;
+        }
+        let window: Vec<u32> = std::iter::once(next).chain(d.tokens[..k].iter().copied()).collect();
+        a.decode_pf = None;
+        let rows = match family.verify(&mut a.lane, &window) {
+            Ok(rows) => rows,
+            Err(e) => return Some(fail(e.to_string())),
+        };
+        let mut kept = 0;
+        // Each row is sampled as plain decode samples it; a draft stays while it equals that sample (the last row always ends the loop).
+        for (r, row) in rows.iter().enumerate() {
+            kept += 1;
+            let after = emit(a, row, family.eos_token(), family.max_context(), metrics);
+            if matches!(after, After::Remove(..)) || a.next != window.get(r + 1).copied() {
+                metrics.window(k, kept - 1);
+                a.job.drafts.add(k, kept - 1);
+                if matches!(after, After::Remove(..)) {
+                    return Some(after);
+                }
+                break;
+            }
+        }
+        if let Err(e) = family.rewind(&mut a.lane, kept) {
+            return Some(fail(e.to_string()));
+        }
+        a.decode_pf = a.next.and_then(|t| family.prefetch_decode(&a.lane, &[t]));
+        Some(After::Continue)
+    }
+}
+
+/// How many tokens a request may generate: its forced tokens, or `max_tokens` within the context.
+fn limit(req: &super::GenRequest, max_context: usize) -> usize {
+    if req.forced.is_empty() { req.max_tokens.min(max_context.saturating_sub(req.prompt.len())) } else { req.forced.len() }
 }
 
 /// Where the prompt chunk starting at `fed` ends: `chunk` tokens on, or earlier at the prompt cache's snapshot point.
@@ -340,9 +429,7 @@ fn emit<L, P>(a: &mut Active<L, P>, logits: &[f32], eos: u32, max_context: usize
     if a.job.events.send(Event::Token(TokenEvent { id, logprob, top })).is_err() {
         return After::Remove(a.job.cancelled().unwrap_or(Outcome::Abort), None);
     }
-    let limit =
-        if forced { req.forced.len() } else { req.max_tokens.min(max_context.saturating_sub(req.prompt.len())) };
-    if a.generated >= limit {
+    if a.generated >= limit(req, max_context) {
         let stopped = forced && (id == eos || req.stop_tokens.contains(&id));
         let (finish, outcome) = if stopped { (Finish::Stop, Outcome::Stop) } else { (Finish::Length, Outcome::Length) };
         return After::Remove(outcome, Some(done(finish, a.generated)));

@@ -1,0 +1,99 @@
+//! DSpark drafting in the lane host (issue 26): verify windows sized from confidences and measured costs; docs/drafting.md.
+
+use super::Family;
+use std::time::Instant;
+
+/// Most draft tokens per window (DSpark's block of 5).
+pub const MAX_DRAFT: usize = 5;
+/// Plain steps a lane takes after a window whose best length did not beat plain decode.
+const BACKOFF: u32 = 8;
+/// Timed repetitions of each window length at start-up (the minimum is kept).
+const REPS: usize = 3;
+
+/// Seconds per call measured once on the host's family: a verify window of `1 + k` rows, and one draft.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Costs {
+    /// `window[k]`: a window of `k + 1` rows.
+    pub window: Vec<f64>,
+    pub draft: f64,
+}
+
+impl Costs {
+    /// Times windows of 1 to 6 rows and one draft on a scratch lane (a short prompt, rewound after each window).
+    pub fn measure<F: Family>(family: &F) -> Option<Costs> {
+        let mut lane = family.new_lane().ok()?;
+        let prompt: Vec<u32> = (0..16).map(|i| (i + 1) % family.vocab_size() as u32).collect();
+        family.prefill(&mut lane, &prompt, true).ok()?;
+        // A family that drafts nothing is never asked to verify or rewind.
+        family.draft(&mut lane, prompt[0], MAX_DRAFT).ok()??;
+        let mut window = vec![f64::INFINITY; MAX_DRAFT + 1];
+        let mut draft = f64::INFINITY;
+        for _ in 0..REPS {
+            for (k, best) in window.iter_mut().enumerate() {
+                let t = Instant::now();
+                family.verify(&mut lane, &prompt[..k + 1]).ok()?;
+                *best = best.min(t.elapsed().as_secs_f64());
+                family.rewind(&mut lane, 0).ok()?;
+            }
+            let t = Instant::now();
+            family.draft(&mut lane, prompt[0], MAX_DRAFT).ok()??;
+            draft = draft.min(t.elapsed().as_secs_f64());
+        }
+        Some(Costs { window, draft })
+    }
+
+    /// The draft length with the most expected tokens per second of window, and whether drafting beat plain decode.
+    pub fn choose(&self, confidence: &[f32]) -> (usize, bool) {
+        let (mut best, mut survive, mut expected) = ((0, 1.0 / self.window[0]), 1.0, 1.0);
+        for (i, &c) in confidence.iter().enumerate().take(self.window.len() - 1) {
+            survive *= 1.0 / (1.0 + (-f64::from(c)).exp());
+            expected += survive;
+            let rate = expected / self.window[i + 1];
+            if rate > best.1 {
+                best = (i + 1, rate);
+            }
+        }
+        let with_draft = if best.0 == 0 { 0.0 } else { best.1 * self.window[best.0] / (self.window[best.0] + self.draft) };
+        (best.0, with_draft > 1.0 / self.window[0])
+    }
+}
+
+/// What one lane's drafting has done, shared with its request's events for the usage block.
+#[derive(Debug, Default)]
+pub struct DraftCounts {
+    pub drafted: std::sync::atomic::AtomicUsize,
+    pub accepted: std::sync::atomic::AtomicUsize,
+}
+
+impl DraftCounts {
+    pub(super) fn add(&self, drafted: usize, accepted: usize) {
+        self.drafted.fetch_add(drafted, std::sync::atomic::Ordering::Relaxed);
+        self.accepted.fetch_add(accepted, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Per-lane drafting state.
+#[derive(Debug)]
+pub(super) struct LaneDraft {
+    pub on: bool,
+    pub skip: u32,
+}
+
+impl LaneDraft {
+    pub(super) fn new(on: bool) -> LaneDraft {
+        LaneDraft { on, skip: 0 }
+    }
+
+    /// Whether this step drafts; a lane backing off counts its plain steps down.
+    pub(super) fn wants(&mut self) -> bool {
+        if self.skip > 0 {
+            self.skip -= 1;
+            return false;
+        }
+        self.on
+    }
+
+    pub(super) fn back_off(&mut self) {
+        self.skip = BACKOFF;
+    }
+}

@@ -1,0 +1,82 @@
+//! DSpark drafting in the lane host (issue 26): drafted replies equal plain ones bit for bit, alone and 8 at a time.
+
+mod common;
+
+use common::tiny;
+use std::path::Path;
+use tf_server::lanes::{Event, GenRequest, LaneHost, Limits, SamplingParams};
+
+fn host(dir: &Path, limits: Limits) -> LaneHost {
+    LaneHost::spawn(tf_server::lanes::load_dsv41(dir, tf_dsv41::Options::default()).unwrap(), limits)
+}
+
+fn small_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Small, 0, d.path()).unwrap();
+        d
+    })
+    .path()
+}
+
+fn req(i: u32, vocab: u32, temperature: f32) -> GenRequest {
+    let prompt = (0..1 + 7 * i).map(|k| 4 + (k * 37 + i * 11) % (vocab - 8)).collect();
+    let sampling = SamplingParams { temperature, top_k: 0, top_p: 1.0, seed: 77 + u64::from(i) };
+    GenRequest { prompt, max_tokens: 24, sampling, logprobs: Some(2), ..GenRequest::default() }
+}
+
+/// Every request's events, submitted `together` at once or one after another.
+fn run(h: &LaneHost, reqs: &[GenRequest], together: bool) -> Vec<Vec<Event>> {
+    if together {
+        let rxs: Vec<_> = reqs.iter().map(|r| h.submit(r.clone()).unwrap()).collect();
+        rxs.into_iter().map(|rx| rx.into_iter().collect()).collect()
+    } else {
+        reqs.iter().map(|r| h.submit(r.clone()).unwrap().into_iter().collect()).collect()
+    }
+}
+
+fn check(dir: &Path, vocab: u32, temperature: f32) {
+    let reqs: Vec<GenRequest> = (0..8).map(|i| req(i, vocab, temperature)).collect();
+    let plain = run(&host(dir, Limits { draft: false, ..Limits::default() }), &reqs, false);
+    assert!(plain.iter().all(|e| matches!(e.last(), Some(Event::Done { .. }))), "{plain:?}");
+    for (k, together) in [(5, false), (2, true), (5, true)] {
+        let h = host(dir, Limits { draft_len: Some(k), ..Limits::default() });
+        let drafted = run(&h, &reqs, together);
+        let (windows, proposed, accepted) = h.metrics().drafting();
+        assert!(windows > 8 && proposed >= windows, "k {k}: {windows} windows, {proposed} drafts");
+        for (i, (d, p)) in drafted.iter().zip(&plain).enumerate() {
+            assert_eq!(d, p, "k {k}, together {together}, temperature {temperature}: request {i} differs from plain");
+        }
+        let text = h.metrics().render();
+        assert!(text.contains(&format!("tf:spec_decode_num_accepted_tokens_total {accepted}\n")), "{text}");
+    }
+}
+
+#[test]
+fn greedy_drafted_replies_equal_plain_ones_on_tiny() {
+    check(tiny(), 512, 0.0);
+}
+
+#[test]
+fn seeded_sampled_drafted_replies_equal_plain_ones_on_tiny() {
+    check(tiny(), 512, 0.9);
+}
+
+#[test]
+fn greedy_and_sampled_drafted_replies_equal_plain_ones_on_small() {
+    check(small_dir(), 129_280, 0.0);
+    check(small_dir(), 129_280, 0.7);
+}
+
+#[test]
+fn no_draft_requests_and_teacher_forcing_never_draft() {
+    let h = host(tiny(), Limits { draft_len: Some(3), ..Limits::default() });
+    let plain = GenRequest { no_draft: true, ..req(2, 512, 0.0) };
+    let forced = GenRequest { forced: vec![9, 10, 11, 12], ..req(3, 512, 0.0) };
+    for r in [plain, forced] {
+        let events: Vec<Event> = h.submit(r).unwrap().into_iter().collect();
+        assert!(matches!(events.last(), Some(Event::Done { .. })), "{events:?}");
+    }
+    assert_eq!(h.metrics().drafting(), (0, 0, 0));
+}
