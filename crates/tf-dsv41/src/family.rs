@@ -101,8 +101,12 @@ impl Family for crate::Model {
         crate::Model::decode(self, lane, tokens)
     }
 
+    fn drafts(&self) -> bool {
+        self.dspark.is_some() && !self.opts.quirks.stale_index_keys
+    }
+
     fn draft(&self, lane: &mut Self::Lane, next: u32, max: usize) -> Result<Option<tf_family::Draft>, Error> {
-        if self.dspark.is_none() || max == 0 || self.opts.quirks.stale_index_keys {
+        if !Family::drafts(self) || max == 0 {
             return Ok(None);
         }
         let d = crate::Model::draft(self, lane, next)?;

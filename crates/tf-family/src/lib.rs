@@ -20,6 +20,10 @@ pub trait Family: Send + 'static {
     /// Feeds rows after the prompt; returns each row's logits.
     fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Self::Error>;
 
+    /// Whether [`Family::draft`] can give drafts (the host measures window costs and drafts only then).
+    fn drafts(&self) -> bool {
+        false
+    }
     /// Up to `max` draft tokens for the positions after `next` (the lane's next token), each with a confidence logit; `None`: this family drafts nothing.
     fn draft(&self, _lane: &mut Self::Lane, _next: u32, _max: usize) -> Result<Option<Draft>, Self::Error> {
         Ok(None)

@@ -161,7 +161,9 @@ impl<F: Family> Scheduler<F> {
                 }
             };
             let rng = Rng::new(job.req.sampling.seed);
-            let draft = LaneDraft::new(self.limits.draft && !job.req.no_draft && job.req.forced.is_empty());
+            let draft = LaneDraft::new(
+                self.limits.draft && self.family.drafts() && !job.req.no_draft && job.req.forced.is_empty(),
+            );
             let now = Instant::now();
             let a = Active {
                 lane,

@@ -21,6 +21,9 @@ pub struct Costs {
 impl Costs {
     /// Times windows of 1 to 6 rows and one draft on a scratch lane (a short prompt, rewound after each window).
     pub fn measure<F: Family>(family: &F) -> Option<Costs> {
+        if !family.drafts() {
+            return None;
+        }
         let mut lane = family.new_lane().ok()?;
         let prompt: Vec<u32> = (0..16).map(|i| (i + 1) % family.vocab_size() as u32).collect();
         family.prefill(&mut lane, &prompt, true).ok()?;
