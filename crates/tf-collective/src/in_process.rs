@@ -66,7 +66,17 @@ impl InProcessComm {
 
     /// Runs one round: deposit, let the last arrival combine, then copy this rank's share with `take`.
     fn collective(&self, op: Op, data: Payload, take: impl FnOnce(&Payload)) -> Result<(), CommError> {
-        let deadline = self.shared.timeout.map(|after| (Instant::now() + after, after));
+        self.collective_until(op, data, take, self.shared.timeout)
+    }
+
+    fn collective_until(
+        &self,
+        op: Op,
+        data: Payload,
+        take: impl FnOnce(&Payload),
+        timeout: Option<Duration>,
+    ) -> Result<(), CommError> {
+        let deadline = timeout.map(|after| (Instant::now() + after, after));
         let mut st = self.lock();
         while st.outcome.is_some() {
             if let Some(err) = &st.broken {
@@ -198,6 +208,20 @@ impl Comm for InProcessComm {
                 buf.extend_from_slice(&from_root.bytes);
             }
         })
+    }
+
+    fn broadcast_bytes_idle(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        let op = Op::rooted(Kind::BroadcastBytes, 0, root);
+        let is_root = self.rank == root;
+        let data = Payload::bytes(if is_root { buf.clone() } else { Vec::new() });
+        let take = |from_root: &Payload| {
+            if !is_root {
+                buf.clear();
+                buf.extend_from_slice(&from_root.bytes);
+            }
+        };
+        // The follower's wait for the next step has no deadline; the leader's send keeps its own.
+        self.collective_until(op, data, take, if is_root { self.shared.timeout } else { None })
     }
 
     fn barrier(&self) -> Result<(), CommError> {

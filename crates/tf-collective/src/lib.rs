@@ -29,6 +29,11 @@ pub trait Comm: Send {
     /// Replaces followers' bytes with `root`'s, of any length: how the leader tells followers the next step.
     fn broadcast_bytes(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError>;
 
+    /// [`Comm::broadcast_bytes`] where followers wait without a deadline: a follower idles until the leader's next step.
+    fn broadcast_bytes_idle(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        self.broadcast_bytes(buf, root)
+    }
+
     fn barrier(&self) -> Result<(), CommError>;
 
     /// Rank 0 leads lockstep: it decides each step and broadcasts it to the followers.

@@ -20,4 +20,10 @@ pub enum Error {
     /// A GPU that does not open.
     #[error("GPU {ordinal}: {source}")]
     OpenGpu { ordinal: usize, source: tf_cuda::Error },
+    /// Every tensor-parallel rank refused the same step (that request fails; serving goes on).
+    #[error("{0}")]
+    Refused(String),
+    /// The ranks disagree or one is gone: no step can be trusted again (the server exits 70 for its supervisor).
+    #[error("lockstep_lost: {0}")]
+    LockstepLost(String),
 }

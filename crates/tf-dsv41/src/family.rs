@@ -168,6 +168,61 @@ impl Family for crate::cuda::GpuModel {
     dsv41_read_ahead!(crate::cuda::GpuModel);
 }
 
+impl Family for crate::tp::lockstep::Leader {
+    type Lane = crate::tp::lockstep::TpLane;
+    type Error = Error;
+    type Prefetch = ();
+
+    fn new_lane(&self) -> Result<Self::Lane, Error> {
+        crate::tp::lockstep::Leader::new_lane(self)
+    }
+
+    fn fork(&self, lane: &Self::Lane) -> Result<Self::Lane, Error> {
+        crate::tp::lockstep::Leader::fork(self, lane)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.cfg.vocab_size
+    }
+
+    fn eos_token(&self) -> u32 {
+        self.model.cfg.eos_token_id
+    }
+
+    fn max_context(&self) -> usize {
+        self.model.cfg.max_seq_len
+    }
+
+    fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, Error> {
+        crate::tp::lockstep::Leader::prefill(self, lane, tokens, last)
+    }
+
+    fn decode(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
+        crate::tp::lockstep::Leader::decode(self, lane, tokens, false)
+    }
+
+    fn drafts(&self) -> bool {
+        Family::drafts(&self.model)
+    }
+
+    fn draft(&self, lane: &mut Self::Lane, next: u32, max: usize) -> Result<Option<tf_family::Draft>, Error> {
+        if !self.drafts() || max == 0 {
+            return Ok(None);
+        }
+        let d = crate::tp::lockstep::Leader::draft(self, lane, next)?;
+        let n = max.min(d.tokens.len());
+        Ok(Some(tf_family::Draft { tokens: d.tokens[..n].to_vec(), confidence: d.confidence[..n].to_vec() }))
+    }
+
+    fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
+        crate::tp::lockstep::Leader::decode(self, lane, tokens, true)
+    }
+
+    fn rewind(&self, lane: &mut Self::Lane, keep: usize) -> Result<(), Error> {
+        crate::tp::lockstep::Leader::rewind(self, lane, keep)
+    }
+}
+
 /// Loads the dsv41 family from a checkpoint directory.
 pub fn load_dsv41(dir: &Path, opts: crate::Options) -> Result<crate::Model, Error> {
     crate::Model::load(dir, opts).map_err(|source| Error::Load { dir: dir.to_path_buf(), source })

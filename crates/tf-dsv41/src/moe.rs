@@ -22,7 +22,11 @@ pub struct Moe {
     pub gate: Dense,
     pub bias: Vec<f32>,
     pub bias_vl: Option<Vec<f32>>,
+    /// The routed experts this rank holds: ids `owned`, all of them unless expert parallel.
     pub experts: Vec<Expert<QLinear<Fp4Weight>>>,
+    pub owned: std::ops::Range<usize>,
+    /// Expert parallel: the group the other ranks' expert outputs come from.
+    pub ep: Option<crate::tp::SharedComm>,
     pub shared: Expert<QLinear<Fp8Weight>>,
     pub topk: usize,
     pub route_scale: f32,
@@ -45,6 +49,8 @@ pub struct MoeShape {
     pub inter: usize,
     pub experts: usize,
     pub topk: usize,
+    /// Routed experts to load (expert parallel: this rank's share).
+    pub owned: std::ops::Range<usize>,
 }
 
 fn softplus(x: f32) -> f32 {
@@ -61,8 +67,8 @@ impl Moe {
         limit: f32,
     ) -> Result<Moe> {
         let f = format!("{prefix}ffn.");
-        let mut experts = Vec::with_capacity(s.experts);
-        for e in 0..s.experts {
+        let mut experts = Vec::with_capacity(s.owned.len());
+        for e in s.owned.clone() {
             let p = format!("{f}experts.{e}.");
             let load = |w: &str, o, i| QLinear::load(ck, &format!("{p}{w}"), o, i);
             experts.push(Expert {
@@ -78,6 +84,8 @@ impl Moe {
             bias: load_vec(ck, &format!("{f}gate.bias"), s.experts)?,
             bias_vl: if ck.contains(&vl) { Some(load_vec(ck, &vl, s.experts)?) } else { None },
             experts,
+            owned: s.owned.clone(),
+            ep: None,
             shared: Expert {
                 w1: sh("w1", s.inter, s.dim)?,
                 w2: sh("w2", s.dim, s.inter)?,
@@ -117,12 +125,12 @@ impl Moe {
             Some(p) if rows >= p.min_rows => &p.experts,
             _ => &self.experts,
         };
-        for (e, ex) in experts.iter().enumerate() {
-            let picked: Vec<(usize, f32)> = routes
-                .iter()
-                .enumerate()
-                .filter_map(|(r, rt)| rt.iter().find(|(ei, _)| *ei == e).map(|(_, w)| (r, *w)))
-                .collect();
+        let picks = |e: usize| -> Vec<(usize, f32)> {
+            routes.iter().enumerate().filter_map(|(r, rt)| rt.iter().find(|(ei, _)| *ei == e).map(|(_, w)| (r, *w))).collect()
+        };
+        let mut outs = Vec::new();
+        for (e, ex) in self.owned.clone().zip(experts) {
+            let picked = picks(e);
             if picked.is_empty() {
                 continue;
             }
@@ -130,16 +138,28 @@ impl Moe {
             let ws: Vec<f32> = picked.iter().map(|(_, w)| *w).collect();
             let out = swiglu(&ex.w1.forward(&xin, ws.len()), &ex.w3.forward(&xin, ws.len()), Some(&ws), self.limit);
             let down = ex.w2.forward(&out, ws.len());
-            for (i, (r, _)) in picked.iter().enumerate() {
-                y[r * dim..(r + 1) * dim]
-                    .iter_mut()
-                    .zip(&down[i * dim..(i + 1) * dim])
-                    .for_each(|(a, b)| *a += b.to_f32());
+            match self.ep {
+                Some(_) => outs.push(down),
+                None => add_rows(&mut y, &picked, &down, dim),
+            }
+        }
+        if let Some(comm) = &self.ep {
+            // Every rank routes every row, so each knows which outputs every other rank sends; all are summed in expert order.
+            let gathered = crate::tp::gather_experts(comm, outs, self.gate.out, &picks, dim);
+            for (e, down) in gathered.iter().enumerate() {
+                add_rows(&mut y, &picks(e), down, dim);
             }
         }
         let s = &self.shared;
         let down = s.w2.forward(&swiglu(&s.w1.forward(x, rows), &s.w3.forward(x, rows), None, self.limit), rows);
         y.iter().zip(&down).map(|(a, b)| to_bf16(a + b.to_f32())).collect()
+    }
+}
+
+/// Adds each picked row's expert output (bf16) into `y` in f32.
+fn add_rows(y: &mut [f32], picked: &[(usize, f32)], down: &[bf16], dim: usize) {
+    for (i, (r, _)) in picked.iter().enumerate() {
+        y[r * dim..(r + 1) * dim].iter_mut().zip(&down[i * dim..(i + 1) * dim]).for_each(|(a, b)| *a += b.to_f32());
     }
 }
 

@@ -61,11 +61,13 @@ impl Block {
         role: &LayerRole,
         engram_cols: usize,
         (tables, engram_io): (&Checkpoint, Option<(tf_engram::IoMode, usize)>),
+        ep: Option<(usize, usize)>,
     ) -> Result<Block> {
         let l = role.layer;
         let prefix = if role.is_dspark { format!("mtp.{}.", l - cfg.n_layers) } else { format!("layers.{l}.") };
         let (experts, topk) = cfg.moe_config(l);
-        let shape = MoeShape { dim: cfg.dim, inter: cfg.moe_inter_dim, experts, topk };
+        let owned = ep.map_or(0..experts, |(rank, world)| crate::tp::partition(experts, world)[rank].clone());
+        let shape = MoeShape { dim: cfg.dim, inter: cfg.moe_inter_dim, experts, topk, owned };
         let hc = cfg.hc_mult;
         let engram = if !role.is_dspark && cfg.engram_layer_ids.contains(&l) {
             let k = cfg.engram_layer_ids.iter().position(|&e| e == l).expect("an engram layer");

@@ -41,6 +41,8 @@ pub struct Options {
     pub exl3_fast: bool,
     /// Tier-2 numerics switch, off by default (`--exl3-prompt gemm`): GPU calls of at least this many rows run EXL3 as an fp16 GEMM.
     pub exl3_prompt_gemm: Option<usize>,
+    /// Expert parallel `(rank, world)`: this rank holds only its share of each backbone layer's routed experts (`tp::partition`).
+    pub ep: Option<(usize, usize)>,
 }
 
 /// Which layers get MXFP4 prefill experts and which calls use them (TensorFold's TF_DS_PREFILL_MXFP4_LAYERS and MXFP4_MIN_ROWS).
@@ -80,6 +82,7 @@ impl Default for Options {
             prefill_mxfp4: None,
             exl3_fast: false,
             exl3_prompt_gemm: None,
+            ep: None,
         }
     }
 }
@@ -168,7 +171,7 @@ impl Model {
         let engram = (from.as_ref().unwrap_or(ck), opts.engram_io.map(|m| (m, opts.engram_cache_rows)));
         let all = roles(&cfg);
         let mut blocks =
-            all[..cfg.n_layers].iter().map(|r| Block::load(ck, &cfg, r, cols, engram)).collect::<Result<Vec<_>>>()?;
+            all[..cfg.n_layers].iter().map(|r| Block::load(ck, &cfg, r, cols, engram, opts.ep)).collect::<Result<Vec<_>>>()?;
         if let Some(p) = opts.prefill_mxfp4 {
             for b in blocks.iter_mut().take(p.layers.min(cfg.n_layers / 2)) {
                 if !b.ffn.add_mxfp4_prefill(p.min_rows)? {
@@ -182,7 +185,7 @@ impl Model {
         let dspark = if cfg.n_mtp_layers > 0 && cfg.dspark_block_size > 0 {
             let stages = all[cfg.n_layers..]
                 .iter()
-                .map(|r| Block::load(ck, &cfg, r, cols, engram))
+                .map(|r| Block::load(ck, &cfg, r, cols, engram, None))
                 .collect::<Result<Vec<_>>>()?;
             Some(DSparkHeads::load(ck, &cfg, stages)?)
         } else {

@@ -1,8 +1,13 @@
 //! Tensor-parallel split rules for dsv41 (issue 25), written once for any world size: which rows or columns of each parameter a rank holds.
 
 mod budget;
+mod ep;
+mod local;
+pub mod lockstep;
 
 pub use budget::{Budget, Limits, WeightFormat, budget};
+pub use ep::{SharedComm, gather_experts};
+pub use local::{Follower, spawn};
 
 use crate::Config;
 use crate::inventory::{Param, Store};

@@ -1,0 +1,43 @@
+//! Tensor parallel on one host (issue 25): one thread per rank over the in-process communicator, rank 0 leading.
+
+use super::SharedComm;
+use super::lockstep::{Leader, follow};
+use crate::{Error, Model, Options};
+use std::path::Path;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tf_collective::InProcessComm;
+
+/// A follower thread's end: `Ok` after the leader's stop, `Err` when the group was lost.
+pub type Follower = JoinHandle<Result<(), String>>;
+
+impl Model {
+    /// Hands every expert-parallel MoE of this rank its communicator.
+    pub fn attach_comm(&mut self, comm: &SharedComm) {
+        if self.opts.ep.is_some() {
+            for b in &mut self.blocks {
+                b.ffn.ep = Some(comm.clone());
+            }
+        }
+    }
+}
+
+/// Loads `world` ranks of `dir` (each with its share of the routed experts) and starts the followers; every collective waits at most `deadline`.
+pub fn spawn(dir: &Path, opts: Options, world: usize, deadline: Duration) -> Result<(Leader, Vec<Follower>), Error> {
+    let comms = InProcessComm::group_with_timeout(world.max(1), deadline);
+    let mut followers = Vec::new();
+    let mut leader = None;
+    for (rank, comm) in comms.into_iter().enumerate() {
+        let comm = SharedComm::new(Box::new(comm));
+        let mut model = crate::family::load_dsv41(dir, Options { ep: Some((rank, world.max(1))), ..opts })?;
+        model.attach_comm(&comm);
+        if rank == 0 {
+            leader = Some(Leader::new(model, comm));
+            continue;
+        }
+        let name = format!("tp-rank-{rank}");
+        let handle = std::thread::Builder::new().name(name).spawn(move || follow(&model, &comm));
+        followers.push(handle.map_err(|e| Error::Refused(format!("cannot start rank {rank}: {e}")))?);
+    }
+    Ok((leader.expect("rank 0 exists"), followers))
+}

@@ -1,0 +1,158 @@
+//! Tensor parallel by expert parallelism in lockstep (issue 25): TP2/3/4/8 equal TP1 and the plain model bit for bit; failures never hang.
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use tf_collective::InProcessComm;
+use tf_dsv41::tiny::{TinyKind, write_checkpoint};
+use tf_dsv41::tp::lockstep::Leader;
+use tf_dsv41::tp::{SharedComm, spawn};
+use tf_dsv41::{Error, Model, Options};
+use tf_family::Family;
+
+fn dir(kind: TinyKind) -> &'static Path {
+    static DIRS: OnceLock<[tempfile::TempDir; 2]> = OnceLock::new();
+    let dirs = DIRS.get_or_init(|| {
+        [TinyKind::Tiny, TinyKind::Small].map(|k| {
+            let d = tempfile::tempdir().unwrap();
+            write_checkpoint(k, 0, d.path()).unwrap();
+            d
+        })
+    });
+    dirs[usize::from(kind == TinyKind::Small)].path()
+}
+
+/// Tiny routed to 4 of its 8 experts a token instead of 2: every rank sends outputs for most rows.
+fn tiny_top4() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        write_checkpoint(TinyKind::Tiny, 0, d.path()).unwrap();
+        for (file, key) in [("config.json", "num_experts_per_tok"), ("inference/config.json", "n_activated_experts")] {
+            let (path, from) = (d.path().join(file), format!("\"{key}\": 2"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(text.contains(&from), "{file} routes 2 experts a token");
+            std::fs::write(&path, text.replace(&from, &format!("\"{key}\": 4"))).unwrap();
+        }
+        assert_eq!(Model::load(d.path(), Options::default()).unwrap().cfg.n_activated_experts, 4);
+        d
+    })
+    .path()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+/// Every logits row of a fixed script: a chunked prompt, greedy decode steps, and verify windows cut back.
+fn script<F: Family>(f: &F, vocab: u32, len: usize) -> Vec<Vec<f32>> {
+    let prompt: Vec<u32> = (0..len as u32).map(|j| (j * 97 + 5) % (vocab - 4) + 4).collect();
+    let mut lane = f.new_lane().unwrap();
+    let chunks: Vec<&[u32]> = prompt.chunks(13).collect();
+    let mut rows = Vec::new();
+    for (i, c) in chunks.iter().enumerate() {
+        rows.extend(f.prefill(&mut lane, c, i + 1 == chunks.len()).unwrap());
+    }
+    for step in 0..12 {
+        let t = argmax(rows.last().unwrap());
+        if step % 3 == 2 {
+            let out = f.verify(&mut lane, &[t, (t + 1) % vocab, (t + 2) % vocab]).unwrap();
+            let keep = 1 + usize::from(argmax(&out[0]) == (t + 1) % vocab);
+            rows.extend(out.into_iter().take(keep));
+            f.rewind(&mut lane, keep).unwrap();
+        } else {
+            rows.extend(f.decode(&mut lane, &[t]).unwrap());
+        }
+    }
+    let fork = f.fork(&lane).unwrap();
+    drop(lane);
+    let mut fork = fork;
+    rows.extend(f.decode(&mut fork, &[3]).unwrap());
+    rows
+}
+
+fn check(d: &Path, worlds: &[usize]) {
+    let kind = d.display();
+    let plain = Model::load(d, Options::default()).unwrap();
+    let vocab = plain.cfg.vocab_size as u32;
+    let want: Vec<Vec<Vec<f32>>> = [1, 40, 150].iter().map(|&n| script(&plain, vocab, n)).collect();
+    for &world in worlds {
+        let (leader, followers) = spawn(d, Options::default(), world, Duration::from_secs(60)).unwrap();
+        for (i, &n) in [1, 40, 150].iter().enumerate() {
+            assert!(script(&leader, vocab, n) == want[i], "{kind} TP{world}, prompt {n}: logits differ from one rank");
+        }
+        drop(leader);
+        for f in followers {
+            assert_eq!(f.join().unwrap(), Ok(()), "a follower ends cleanly at the leader's stop");
+        }
+    }
+}
+
+#[test]
+fn tiny_tp_equals_one_rank_bit_for_bit() {
+    check(dir(TinyKind::Tiny), &[1, 2, 3, 4, 8]);
+    check(tiny_top4(), &[2, 3, 8]);
+}
+
+#[test]
+fn small_tp_equals_one_rank_bit_for_bit() {
+    check(dir(TinyKind::Small), &[2, 3]);
+}
+
+#[test]
+fn a_frame_every_rank_refuses_fails_that_call_and_serving_goes_on() {
+    let (leader, _followers) = spawn(dir(TinyKind::Tiny), Options::default(), 3, Duration::from_secs(60)).unwrap();
+    let mut lane = leader.new_lane().unwrap();
+    leader.prefill(&mut lane, &[5, 6, 7], true).unwrap();
+    let err = leader.decode(&mut lane, &[100_000]).unwrap_err();
+    assert!(matches!(&err, Error::Refused(m) if m.contains("100000")), "{err}");
+    assert!(leader.decode(&mut lane, &[8]).is_ok(), "the next step runs");
+}
+
+/// Rank 1 of a TP2 group that takes one frame and then misbehaves: `hang` keeps its communicator, else it drops it (a killed rank).
+fn broken_pair(hang: bool, deadline: Duration) -> Leader {
+    let mut comms = InProcessComm::group_with_timeout(2, deadline).into_iter();
+    let opts = |rank| Options { ep: Some((rank, 2)), ..Options::default() };
+    let (c0, c1) = (SharedComm::new(Box::new(comms.next().unwrap())), SharedComm::new(Box::new(comms.next().unwrap())));
+    let mut m0 = Model::load(dir(TinyKind::Tiny), opts(0)).unwrap();
+    m0.attach_comm(&c0);
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        c1.with(|c| c.broadcast_bytes_idle(&mut bytes, 0)).unwrap();
+        if hang {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    });
+    Leader::new(m0, c0)
+}
+
+#[test]
+fn a_killed_or_hung_rank_loses_lockstep_within_the_deadline() {
+    for hang in [false, true] {
+        let deadline = Duration::from_millis(800);
+        let leader = broken_pair(hang, deadline);
+        let t = Instant::now();
+        let err = leader.new_lane().and_then(|mut l| leader.prefill(&mut l, &[5, 6, 7, 8], true)).err();
+        let took = t.elapsed();
+        assert!(matches!(err, Some(Error::LockstepLost(_))), "hang {hang}: {err:?}");
+        assert!(took < deadline * 3, "hang {hang}: took {took:?}");
+        assert!(matches!(leader.new_lane().err(), Some(Error::LockstepLost(_))), "a lost group refuses every later call");
+    }
+}
+
+#[test]
+fn a_lost_group_exits_the_server_process_with_70() {
+    if std::env::var_os("TF_TP_CHILD").is_some() {
+        let mut leader = broken_pair(false, Duration::from_millis(500));
+        leader.exit_on_lost = true;
+        let _ = leader.new_lane().and_then(|mut l| leader.prefill(&mut l, &[5, 6, 7, 8], true));
+        unreachable!("lockstep was lost, so the process exited");
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--exact", "a_lost_group_exits_the_server_process_with_70", "--nocapture"])
+        .env("TF_TP_CHILD", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(70), "{}", String::from_utf8_lossy(&out.stderr));
+}
