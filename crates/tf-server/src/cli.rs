@@ -143,6 +143,12 @@ pub struct ServeArgs {
     /// Record each decode step as a CUDA graph (same bits; needs --device cuda)
     #[arg(long)]
     pub cuda_graphs: bool,
+    /// Tensor parallel over N ranks on this host (CPU, one thread each; routed experts split, replies equal one rank's bit for bit)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub tp: u16,
+    /// Longest wait of any tensor-parallel collective; past it lockstep is lost and the server exits 70
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub tp_deadline_ms: u64,
     /// Never draft: plain decode for every request (drafting keeps the bits; it only changes speed)
     #[arg(long)]
     pub no_draft: bool,
@@ -238,6 +244,9 @@ impl ServeArgs {
                 "--exl3-prompt gemm needs --device cuda (the CPU reference has no GEMM path)",
             ));
         }
+        if self.tp > 1 && !cpu {
+            return Err(crate::Error::Usage("--tp runs on the CPU for now; GPU tensor parallel needs NCCL (not built yet)"));
+        }
         if self.cuda_graphs && cpu {
             return Err(crate::Error::Usage("--cuda-graphs needs --device cuda"));
         }
@@ -272,6 +281,8 @@ impl ServeArgs {
             exl3_prompt_gemm,
             prefill_mxfp4,
             cuda_graphs: self.cuda_graphs,
+            tp: usize::from(self.tp),
+            tp_deadline_ms: self.tp_deadline_ms,
         })
     }
 }

@@ -33,6 +33,10 @@ pub struct ServeConfig {
     pub prefill_mxfp4: Option<tf_dsv41::PrefillMxfp4>,
     /// `--cuda-graphs`: each decode step recorded and launched as one CUDA graph (same bits; off, as it measured no faster).
     pub cuda_graphs: bool,
+    /// `--tp N`: N ranks on this host, one thread each, routed experts split between them (1: no tensor parallel).
+    pub tp: usize,
+    /// `--tp-deadline-ms`: longest wait of any collective before lockstep counts as lost (the server then exits 70).
+    pub tp_deadline_ms: u64,
 }
 
 /// Where the model runs: the CPU reference, or one NVIDIA GPU by ordinal.
@@ -76,6 +80,8 @@ impl Default for ServeConfig {
             exl3_prompt_gemm: None,
             prefill_mxfp4: None,
             cuda_graphs: false,
+            tp: 1,
+            tp_deadline_ms: 30_000,
         }
     }
 }
@@ -130,6 +136,29 @@ pub fn load_engine(
     Ok(Engine { host, tok: Arc::new(tok), bos })
 }
 
+/// [`load_engine`] on the CPU with `world` ranks in lockstep (`tf_dsv41::tp`); a lost group exits the process with code 70.
+pub fn load_engine_tp(
+    dir: &Path,
+    limits: Limits,
+    opts: tf_dsv41::Options,
+    world: usize,
+    deadline: std::time::Duration,
+) -> Result<Engine, Error> {
+    let tok = Tokenizer::from_file(dir.join("tokenizer.json"))?;
+    let (mut leader, followers) = tf_dsv41::tp::spawn(dir, opts, world, deadline)?;
+    leader.exit_on_lost = true;
+    for f in followers {
+        // A follower that loses the group says why; the leader's next step then exits 70.
+        std::thread::spawn(move || {
+            if let Ok(Err(e)) = f.join() {
+                tracing::error!(reason = %e, "lockstep_lost on a follower");
+            }
+        });
+    }
+    let bos = leader.model.cfg.bos_token_id;
+    Ok(Engine { host: LaneHost::spawn(leader, limits), tok: Arc::new(tok), bos })
+}
+
 /// Serves `cfg` on a free loopback port from a thread of its own (tests, benches, embedding); the address comes back at once and the model loads in the background.
 pub fn spawn_loopback(cfg: ServeConfig) -> std::io::Result<std::net::SocketAddr> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -161,10 +190,7 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
     let loader = state.clone();
     tokio::task::spawn_blocking(move || {
         let loaded = model_dir(cfg.model_dir.as_deref()).and_then(|dir| {
-            load_engine(
-                &dir,
-                cfg.limits,
-                tf_dsv41::Options {
+            let opts = tf_dsv41::Options {
                     replay: cfg.replay,
                     engram_io: cfg.engram_io,
                     engram_cache_rows: cfg.engram_cache_rows,
@@ -172,12 +198,14 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
                     exl3_fast: cfg.exl3_fast,
                     exl3_prompt_gemm: cfg.exl3_prompt_gemm,
                     prefill_mxfp4: cfg.prefill_mxfp4,
-                    ..tf_dsv41::Options::default()
-                }
-                .with_engram_from(cfg.engram_from.as_deref()),
-                cfg.device,
-                cfg.cuda_graphs,
-            )
+                ..tf_dsv41::Options::default()
+            }
+            .with_engram_from(cfg.engram_from.as_deref());
+            if cfg.tp > 1 {
+                let deadline = std::time::Duration::from_millis(cfg.tp_deadline_ms);
+                return load_engine_tp(&dir, cfg.limits, opts, cfg.tp, deadline);
+            }
+            load_engine(&dir, cfg.limits, opts, cfg.device, cfg.cuda_graphs)
         });
         match loaded {
             Ok(e) => {
