@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{serve, serve_default, serve_seed};
+use common::{serve, serve_config, serve_seed};
 use serde_json::Value;
 use std::process::Command;
 
@@ -43,11 +43,17 @@ fn sweep_passes_inside_the_context_and_lists_every_length_past_it() {
 
 #[test]
 fn invariance_holds_on_our_server_and_resumes_from_the_cache() {
-    let base = serve_default();
+    // Windows of 3 drafts on every step, so drafted == plain is compared where drafts really ran.
+    let limits = tf_server::lanes::Limits { draft_len: Some(3), ..Default::default() };
+    let base = serve_config(tf_server::http::serve::ServeConfig { limits, ..Default::default() });
     let args = ["invariance", "--url", &base, "--prompts", "4", "--prompt-tokens", "48", "--max-tokens", "6"];
     let (code, r) = check(&args);
     assert_eq!((code, r["pass"].as_bool(), r["requests"].as_u64()), (Some(0), Some(true), Some(8)), "{r}");
     assert!(r["resumed_cached_tokens"].as_u64().unwrap() > 0, "the resumed run really came from the cache: {r}");
+    let metrics = ureq::get(&format!("{base}/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
+    let windows = metrics.lines().find_map(|l| l.strip_prefix("tf:spec_decode_num_drafts_total ")).unwrap();
+    assert!(windows.parse::<u64>().unwrap() > 0, "the server drafted: {metrics}");
+    assert_eq!(r["drafted_vs_plain"], true, "{r}");
 }
 
 #[test]

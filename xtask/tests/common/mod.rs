@@ -16,6 +16,11 @@ pub fn serve_default() -> String {
     healthy(spawn_loopback(ServeConfig::default()).unwrap())
 }
 
+/// Serves `cfg` (its model: the shipped gate model unless it names one).
+pub fn serve_config(cfg: ServeConfig) -> String {
+    healthy(spawn_loopback(cfg).unwrap())
+}
+
 fn healthy(addr: std::net::SocketAddr) -> String {
     let base = format!("http://{addr}");
     let t = Instant::now();
