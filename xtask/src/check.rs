@@ -186,7 +186,6 @@ fn sweep(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
     )
 }
 
-/// The parts of a completion choice that must not change with what else runs: text, ids, logprobs, finish.
 /// `b` with `key` set to `v`.
 fn with(b: &Value, key: &str, v: Value) -> Value {
     let mut b = b.clone();
@@ -194,6 +193,7 @@ fn with(b: &Value, key: &str, v: Value) -> Value {
     b
 }
 
+/// The parts of a completion choice that must not change with what else runs: text, ids, logprobs, finish.
 fn choice(v: &Value) -> Value {
     let c = &v["choices"][0];
     json!({"text": c["text"], "logprobs": c["logprobs"], "finish_reason": c["finish_reason"], "token_ids": c["token_ids"]})
@@ -247,8 +247,12 @@ fn invariance(o: &Options, client: &Client, model: &str) -> Result<Value, String
         let what = format!("prompt {} {}", i / 2, if i % 2 == 0 { "greedy" } else { "seeded" });
         match (a, b) {
             (Ok(a), Ok(b)) if a == b => {}
-            (Ok(a), Ok(b)) => failures.push(json!({"check": "drafted == plain", "request": what, "drafted": a, "plain": b})),
-            (Err(e), _) | (_, Err(e)) => failures.push(json!({"check": "drafted == plain", "request": what, "error": e})),
+            (Ok(a), Ok(b)) => {
+                failures.push(json!({"check": "drafted == plain", "request": what, "drafted": a, "plain": b}))
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                failures.push(json!({"check": "drafted == plain", "request": what, "error": e}))
+            }
         }
     }
     // A prefix no earlier request saw, so the first run is fresh and the third resumes what the second left cached.

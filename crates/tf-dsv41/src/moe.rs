@@ -126,7 +126,11 @@ impl Moe {
             _ => &self.experts,
         };
         let picks = |e: usize| -> Vec<(usize, f32)> {
-            routes.iter().enumerate().filter_map(|(r, rt)| rt.iter().find(|(ei, _)| *ei == e).map(|(_, w)| (r, *w))).collect()
+            routes
+                .iter()
+                .enumerate()
+                .filter_map(|(r, rt)| rt.iter().find(|(ei, _)| *ei == e).map(|(_, w)| (r, *w)))
+                .collect()
         };
         let mut outs = Vec::new();
         for (e, ex) in self.owned.clone().zip(experts) {

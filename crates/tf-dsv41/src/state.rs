@@ -32,12 +32,12 @@ impl WindowRing {
     }
 
     /// What the slot of `pos` holds now, to put back with [`WindowRing::restore`].
-    pub fn saved(&self, pos: usize) -> Option<(usize, Vec<bf16>)> {
+    pub fn saved(&self, pos: usize) -> Slot {
         self.slots[pos % self.slots.len()].clone()
     }
 
     /// Puts a slot of `pos` back as [`WindowRing::saved`] found it.
-    pub fn restore(&mut self, pos: usize, slot: Option<(usize, Vec<bf16>)>) {
+    pub fn restore(&mut self, pos: usize, slot: Slot) {
         let n = self.slots.len();
         self.slots[pos % n] = slot;
     }
@@ -53,7 +53,7 @@ pub struct CompressedCache {
     /// Post-RoPE, FP4-fake-quantized index keys, one per completed group.
     pub index_k: Vec<Vec<bf16>>,
     /// The (kv, gate) rows fed during an armed verify window, so a rewind can rebuild the open group.
-    pub recent: Option<Vec<(Vec<f32>, Vec<f32>)>>,
+    pub recent: Option<OpenRows>,
 }
 
 /// Everything one sequence carries between forward calls.
@@ -76,14 +76,20 @@ pub struct SeqState {
     pub undo: Option<Undo>,
 }
 
+/// A ring slot as stored: its position and row.
+pub type Slot = Option<(usize, Vec<bf16>)>;
+
+/// The open ratio-2 group's (kv, gate) rows in f32.
+pub type OpenRows = Vec<(Vec<f32>, Vec<f32>)>;
+
 /// A verify window's undo record on the CPU: the ring slots, open groups and cache lengths before it.
 #[derive(Clone, Debug)]
 pub struct Undo {
     pub armed: crate::plan::Armed,
     /// Per layer, the ring slot of each window row before the window wrote it.
-    pub slots: Vec<Vec<Option<(usize, Vec<bf16>)>>>,
+    pub slots: Vec<Vec<Slot>>,
     /// Per KV source: the open group, latent count and index-key count before the window.
-    pub caches: Vec<Option<(Vec<(Vec<f32>, Vec<f32>)>, usize, usize)>>,
+    pub caches: Vec<Option<(OpenRows, usize, usize)>>,
 }
 
 /// Stream state of the newest prompt rows at the encoder/decoder boundary, kept across prefill chunks.

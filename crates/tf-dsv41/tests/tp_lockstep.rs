@@ -136,7 +136,10 @@ fn a_killed_or_hung_rank_loses_lockstep_within_the_deadline() {
         let took = t.elapsed();
         assert!(matches!(err, Some(Error::LockstepLost(_))), "hang {hang}: {err:?}");
         assert!(took < deadline * 3, "hang {hang}: took {took:?}");
-        assert!(matches!(leader.new_lane().err(), Some(Error::LockstepLost(_))), "a lost group refuses every later call");
+        assert!(
+            matches!(leader.new_lane().err(), Some(Error::LockstepLost(_))),
+            "a lost group refuses every later call"
+        );
     }
 }
 

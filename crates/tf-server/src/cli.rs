@@ -245,7 +245,9 @@ impl ServeArgs {
             ));
         }
         if self.tp > 1 && !cpu {
-            return Err(crate::Error::Usage("--tp runs on the CPU for now; GPU tensor parallel needs NCCL (not built yet)"));
+            return Err(crate::Error::Usage(
+                "--tp runs on the CPU for now; GPU tensor parallel needs NCCL (not built yet)",
+            ));
         }
         if self.cuda_graphs && cpu {
             return Err(crate::Error::Usage("--cuda-graphs needs --device cuda"));

@@ -3,8 +3,8 @@
 mod block;
 mod dspark;
 mod forward;
-mod rewind;
 pub(crate) mod prefetch;
+mod rewind;
 
 pub use block::{Block, BlockCall, Streams};
 pub use dspark::{DSparkHeads, Drafts};
@@ -170,8 +170,10 @@ impl Model {
         let from = source.filter(|_| hasher.is_some()).map(Checkpoint::open_present).transpose()?;
         let engram = (from.as_ref().unwrap_or(ck), opts.engram_io.map(|m| (m, opts.engram_cache_rows)));
         let all = roles(&cfg);
-        let mut blocks =
-            all[..cfg.n_layers].iter().map(|r| Block::load(ck, &cfg, r, cols, engram, opts.ep)).collect::<Result<Vec<_>>>()?;
+        let mut blocks = all[..cfg.n_layers]
+            .iter()
+            .map(|r| Block::load(ck, &cfg, r, cols, engram, opts.ep))
+            .collect::<Result<Vec<_>>>()?;
         if let Some(p) = opts.prefill_mxfp4 {
             for b in blocks.iter_mut().take(p.layers.min(cfg.n_layers / 2)) {
                 if !b.ffn.add_mxfp4_prefill(p.min_rows)? {

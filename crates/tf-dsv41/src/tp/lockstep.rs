@@ -199,7 +199,8 @@ impl Leader {
 impl Drop for Leader {
     fn drop(&mut self) {
         if self.lost.lock().is_none() {
-            let mut bytes = serde_json::to_vec(&Msg { free: Vec::new(), frame: Frame::Stop }).expect("frames serialize");
+            let mut bytes =
+                serde_json::to_vec(&Msg { free: Vec::new(), frame: Frame::Stop }).expect("frames serialize");
             let _ = self.comm.with(|c| c.broadcast_bytes(&mut bytes, 0));
         }
     }

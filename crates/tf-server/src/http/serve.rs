@@ -191,13 +191,13 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
     tokio::task::spawn_blocking(move || {
         let loaded = model_dir(cfg.model_dir.as_deref()).and_then(|dir| {
             let opts = tf_dsv41::Options {
-                    replay: cfg.replay,
-                    engram_io: cfg.engram_io,
-                    engram_cache_rows: cfg.engram_cache_rows,
-                    wide_sums: cfg.wide_sums,
-                    exl3_fast: cfg.exl3_fast,
-                    exl3_prompt_gemm: cfg.exl3_prompt_gemm,
-                    prefill_mxfp4: cfg.prefill_mxfp4,
+                replay: cfg.replay,
+                engram_io: cfg.engram_io,
+                engram_cache_rows: cfg.engram_cache_rows,
+                wide_sums: cfg.wide_sums,
+                exl3_fast: cfg.exl3_fast,
+                exl3_prompt_gemm: cfg.exl3_prompt_gemm,
+                prefill_mxfp4: cfg.prefill_mxfp4,
                 ..tf_dsv41::Options::default()
             }
             .with_engram_from(cfg.engram_from.as_deref());

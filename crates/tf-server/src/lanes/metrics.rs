@@ -151,7 +151,10 @@ impl Metrics {
         let (windows, _, accepted) = self.drafting();
         let mean = if windows == 0 { 0.0 } else { 1.0 + accepted as f64 / windows as f64 };
         let name = "tf:spec_decode_mean_accepted_length";
-        let _ = writeln!(out, "# HELP {name} Tokens per verify window (accepted drafts plus one).\n# TYPE {name} gauge\n{name} {mean}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} Tokens per verify window (accepted drafts plus one).\n# TYPE {name} gauge\n{name} {mean}"
+        );
         let _ = writeln!(out, "# HELP tf:request_success_total Finished requests by reason.");
         let _ = writeln!(out, "# TYPE tf:request_success_total counter");
         for ((_, label), c) in OUTCOMES.iter().zip(&self.outcomes) {

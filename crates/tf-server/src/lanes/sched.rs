@@ -308,7 +308,6 @@ impl<F: Family> Scheduler<F> {
             Some(c) => c.clone(),
             None => {
                 let c = Costs::measure(&self.family);
-                tracing::info!(costs = ?c, "drafting: measured verify-window and draft seconds");
                 self.costs = Some(c.clone());
                 c
             }
@@ -335,8 +334,10 @@ impl<F: Family> Scheduler<F> {
             (Some(k), _) => (k.min(d.tokens.len()), true),
             (None, c) => c.expect("measured above").choose(&d.confidence),
         };
-        if !wins {
-            a.draft.back_off();
+        if wins {
+            a.draft.won()
+        } else {
+            a.draft.back_off()
         }
         if k == 0 {
             return None;
@@ -371,7 +372,11 @@ impl<F: Family> Scheduler<F> {
 
 /// How many tokens a request may generate: its forced tokens, or `max_tokens` within the context.
 fn limit(req: &super::GenRequest, max_context: usize) -> usize {
-    if req.forced.is_empty() { req.max_tokens.min(max_context.saturating_sub(req.prompt.len())) } else { req.forced.len() }
+    if req.forced.is_empty() {
+        req.max_tokens.min(max_context.saturating_sub(req.prompt.len()))
+    } else {
+        req.forced.len()
+    }
 }
 
 /// Where the prompt chunk starting at `fed` ends: `chunk` tokens on, or earlier at the prompt cache's snapshot point.

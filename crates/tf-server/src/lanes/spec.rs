@@ -5,8 +5,9 @@ use std::time::Instant;
 
 /// Most draft tokens per window (DSpark's block of 5).
 pub const MAX_DRAFT: usize = 5;
-/// Plain steps a lane takes after a window whose best length did not beat plain decode.
+/// Plain steps a lane takes after a window whose best length did not beat plain decode (doubling while it keeps losing).
 const BACKOFF: u32 = 8;
+const MAX_BACKOFF: u32 = 256;
 /// Timed repetitions of each window length at start-up (the minimum is kept).
 const REPS: usize = 3;
 
@@ -42,7 +43,17 @@ impl Costs {
             family.draft(&mut lane, prompt[0], MAX_DRAFT).ok()??;
             draft = draft.min(t.elapsed().as_secs_f64());
         }
-        Some(Costs { window, draft })
+        let costs = Costs { window, draft };
+        let wins = costs.can_win();
+        tracing::info!(window_s = ?costs.window, draft_s = costs.draft, wins, "drafting: window and draft seconds measured");
+        // Where even windows that keep every draft lose to plain decode (a compute-bound CPU), nothing is drafted.
+        costs.can_win().then_some(costs)
+    }
+
+    /// Whether some window length beats plain decode when every draft is kept.
+    pub fn can_win(&self) -> bool {
+        let plain = 1.0 / self.window[0];
+        self.window.iter().enumerate().skip(1).any(|(k, w)| (k + 1) as f64 / (w + self.draft) > plain)
     }
 
     /// The draft length with the most expected tokens per second of window, and whether drafting beat plain decode.
@@ -56,7 +67,8 @@ impl Costs {
                 best = (i + 1, rate);
             }
         }
-        let with_draft = if best.0 == 0 { 0.0 } else { best.1 * self.window[best.0] / (self.window[best.0] + self.draft) };
+        let with_draft =
+            if best.0 == 0 { 0.0 } else { best.1 * self.window[best.0] / (self.window[best.0] + self.draft) };
         (best.0, with_draft > 1.0 / self.window[0])
     }
 }
@@ -80,11 +92,12 @@ impl DraftCounts {
 pub(super) struct LaneDraft {
     pub on: bool,
     pub skip: u32,
+    backoff: u32,
 }
 
 impl LaneDraft {
     pub(super) fn new(on: bool) -> LaneDraft {
-        LaneDraft { on, skip: 0 }
+        LaneDraft { on, skip: 0, backoff: BACKOFF }
     }
 
     /// Whether this step drafts; a lane backing off counts its plain steps down.
@@ -96,7 +109,43 @@ impl LaneDraft {
         self.on
     }
 
+    /// After a losing window: plain steps, twice as many as after the last loss (up to 256).
     pub(super) fn back_off(&mut self) {
-        self.skip = BACKOFF;
+        self.skip = self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    /// After a winning window: the next loss backs off from the start again.
+    pub(super) fn won(&mut self) {
+        self.backoff = BACKOFF;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_length_follows_the_confidences_and_the_costs() {
+        let gpu = Costs { window: vec![6.58, 9.80, 11.51, 13.14, 15.15, 16.79], draft: 1.0 };
+        assert!(gpu.can_win());
+        assert_eq!(gpu.choose(&[-9.0; 5]), (0, false), "drafts that never survive: plain decode");
+        assert_eq!(gpu.choose(&[9.0; 5]), (5, true), "drafts that always survive: the longest window");
+        assert_eq!(gpu.choose(&[9.0, 9.0, -9.0, 9.0, 9.0]).0, 2, "the third draft almost surely fails");
+        let cpu = Costs { window: vec![9.6, 20.9, 24.3, 35.6, 38.7, 51.3], draft: 36.6 };
+        assert!(!cpu.can_win(), "even full acceptance loses on this machine's costs");
+    }
+
+    #[test]
+    fn a_losing_lane_backs_off_longer_each_time_and_resets_on_a_win() {
+        let mut d = LaneDraft::new(true);
+        d.back_off();
+        assert_eq!((0..8).filter(|_| d.wants()).count(), 0);
+        assert!(d.wants());
+        d.back_off();
+        assert_eq!((0..16).filter(|_| d.wants()).count(), 0);
+        d.won();
+        d.back_off();
+        assert_eq!(d.skip, BACKOFF);
     }
 }

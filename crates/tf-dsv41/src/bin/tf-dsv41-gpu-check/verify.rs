@@ -26,7 +26,13 @@ fn plain<B: Backend>(b: &B, lane: &mut B::Lane, p: &[u32]) -> Result<Rows, Error
 }
 
 /// Greedy decode through verify windows of 1-6 rows whose drafts follow `truth` for a random prefix; (rows, windows cut back).
-fn drafted<B: Backend>(b: &B, lane: &mut B::Lane, p: &[u32], truth: &[u32], rng: &mut SplitMix64) -> Result<(Rows, usize), Error> {
+fn drafted<B: Backend>(
+    b: &B,
+    lane: &mut B::Lane,
+    p: &[u32],
+    truth: &[u32],
+    rng: &mut SplitMix64,
+) -> Result<(Rows, usize), Error> {
     let vocab = b.cfg().vocab_size as u64;
     let mut rows = vec![plan::prefill(b, lane, p, true, &[]).map_err(err)?.expect("last chunk")];
     let mut cut = 0;
@@ -36,7 +42,11 @@ fn drafted<B: Backend>(b: &B, lane: &mut B::Lane, p: &[u32], truth: &[u32], rng:
         let mut window = vec![argmax(&rows[n - 1])];
         for i in 0..k {
             let right = truth.get(n + i).copied().unwrap_or(0);
-            window.push(if i < good { right } else { ((right as u64 + 1 + rng.next_u64() % (vocab - 1)) % vocab) as u32 });
+            window.push(if i < good {
+                right
+            } else {
+                ((right as u64 + 1 + rng.next_u64() % (vocab - 1)) % vocab) as u32
+            });
         }
         let out = plan::verify(b, lane, &window, &[]).map_err(err)?;
         let mut keep = 0;
@@ -78,7 +88,10 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
             report.row(
                 "verify drafted == plain",
                 format!("{} replay {replay} prompt {len}", kind.name()),
-                format!("GPU {same} of {} rows bit-identical, {cut} windows cut back; CPU drafted == plain {cpu_same}", want.len()),
+                format!(
+                    "GPU {same} of {} rows bit-identical, {cut} windows cut back; CPU drafted == plain {cpu_same}",
+                    want.len()
+                ),
                 same == want.len() && cut > 0 && cpu_same,
             );
         }
