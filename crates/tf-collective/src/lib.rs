@@ -3,9 +3,11 @@
 mod error;
 mod in_process;
 mod op;
+mod tcp;
 
 pub use error::CommError;
 pub use in_process::InProcessComm;
+pub use tcp::TcpComm;
 
 /// One rank's handle on a group; every rank must issue the same collectives in the same order.
 pub trait Comm: Send {

@@ -146,6 +146,12 @@ pub struct ServeArgs {
     /// Tensor parallel over N ranks on this host (CPU, one thread each; routed experts split, replies equal one rank's bit for bit)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub tp: u16,
+    /// Ranks as processes (this host or others) meeting at rank 0's HOST:PORT over TCP, instead of threads
+    #[arg(long, value_name = "HOST:PORT")]
+    pub tp_addr: Option<String>,
+    /// This process's rank with --tp-addr: 0 serves HTTP, the others follow it (default 0)
+    #[arg(long, value_name = "R", default_value_t = 0)]
+    pub tp_rank: u16,
     /// Longest wait of any tensor-parallel collective; past it lockstep is lost and the server exits 70
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub tp_deadline_ms: u64,
@@ -244,6 +250,9 @@ impl ServeArgs {
                 "--exl3-prompt gemm needs --device cuda (the CPU reference has no GEMM path)",
             ));
         }
+        if self.tp_rank >= self.tp.max(1) || (self.tp_rank > 0 && self.tp_addr.is_none()) {
+            return Err(crate::Error::Usage("--tp-rank must be below --tp, and above 0 only with --tp-addr"));
+        }
         if self.tp > 1 && !cpu {
             return Err(crate::Error::Usage(
                 "--tp runs on the CPU for now; GPU tensor parallel needs NCCL (not built yet)",
@@ -285,6 +294,8 @@ impl ServeArgs {
             cuda_graphs: self.cuda_graphs,
             tp: usize::from(self.tp),
             tp_deadline_ms: self.tp_deadline_ms,
+            tp_addr: self.tp_addr,
+            tp_rank: usize::from(self.tp_rank),
         })
     }
 }

@@ -26,6 +26,9 @@ pub enum Error {
     /// Flags that do not go together (the message names them).
     #[error("{0}")]
     Usage(&'static str),
+    /// A tensor-parallel group that cannot form (a rank's address, a peer that never came).
+    #[error("tensor parallel: {0}")]
+    Tp(String),
 }
 
 /// A word a flag or setting does not accept, with the words it does.

@@ -51,3 +51,49 @@ fn tf_serve_tp2_answers_as_one_rank_does() {
     assert_eq!((s1, s2), (200, 200), "{two}");
     assert_eq!(one["choices"], two["choices"]);
 }
+
+/// A free loopback port.
+fn port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn rank(r: usize, http: u16, meet: u16) -> std::process::Child {
+    let dir = tiny().to_str().unwrap().to_string();
+    let args = ["serve", "--model", &dir, "--port", &http.to_string(), "--tp", "2", "--tp-rank", &r.to_string()];
+    std::process::Command::new(env!("CARGO_BIN_EXE_tf"))
+        .args(args)
+        .args(["--tp-addr", &format!("127.0.0.1:{meet}"), "--tp-deadline-ms", "2000"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn two_processes_over_tcp_answer_as_one_rank_and_a_killed_rank_exits_the_leader_with_70() {
+    let (http, meet) = (port(), port());
+    let (mut leader, mut follower) = (rank(0, http, meet), rank(1, http, meet));
+    let base = format!("http://127.0.0.1:{http}");
+    let t = std::time::Instant::now();
+    while common::get(&base, "/health").0 != 200 {
+        assert!(t.elapsed() < Duration::from_secs(120), "the TP2 server never became healthy");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let body = chat_body(json!({"max_tokens": 10, "logprobs": true, "top_logprobs": 2}));
+    let (one, two) = (post(server(), "/v1/chat/completions", &body), post(&base, "/v1/chat/completions", &body));
+    assert_eq!((one.0, two.0), (200, 200), "{}", two.1);
+    assert_eq!(one.1["choices"], two.1["choices"], "two processes over TCP give one rank's reply");
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+    let t = std::time::Instant::now();
+    // The leader exits inside this request: no reply, or a connection error, is what a client sees.
+    let sent = common::agent().post(&format!("{base}/v1/chat/completions")).send(body.to_string().as_bytes());
+    assert!(sent.is_err() || sent.is_ok_and(|r| r.status() != 200), "no reply from a group that lost a rank");
+    let code = loop {
+        if let Some(s) = leader.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "the leader did not exit after its follower died");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(70), "lockstep_lost exits 70 for a supervisor");
+}

@@ -22,15 +22,22 @@ impl Model {
     }
 }
 
+/// Loads rank `rank` of `world` from `dir` (its share of the routed experts) on `comm`.
+pub fn load_rank(dir: &Path, opts: Options, comm: Box<dyn tf_collective::Comm>) -> Result<(Model, SharedComm), Error> {
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let comm = SharedComm::new(comm);
+    let mut model = crate::family::load_dsv41(dir, Options { ep: Some((rank, world)), ..opts })?;
+    model.attach_comm(&comm);
+    Ok((model, comm))
+}
+
 /// Loads `world` ranks of `dir` (each with its share of the routed experts) and starts the followers; every collective waits at most `deadline`.
 pub fn spawn(dir: &Path, opts: Options, world: usize, deadline: Duration) -> Result<(Leader, Vec<Follower>), Error> {
     let comms = InProcessComm::group_with_timeout(world.max(1), deadline);
     let mut followers = Vec::new();
     let mut leader = None;
     for (rank, comm) in comms.into_iter().enumerate() {
-        let comm = SharedComm::new(Box::new(comm));
-        let mut model = crate::family::load_dsv41(dir, Options { ep: Some((rank, world.max(1))), ..opts })?;
-        model.attach_comm(&comm);
+        let (model, comm) = load_rank(dir, opts, Box::new(comm))?;
         if rank == 0 {
             leader = Some(Leader::new(model, comm));
             continue;

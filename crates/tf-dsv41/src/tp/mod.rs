@@ -7,7 +7,7 @@ pub mod lockstep;
 
 pub use budget::{Budget, Limits, WeightFormat, budget};
 pub use ep::{SharedComm, gather_experts};
-pub use local::{Follower, spawn};
+pub use local::{Follower, load_rank, spawn};
 
 use crate::Config;
 use crate::inventory::{Param, Store};

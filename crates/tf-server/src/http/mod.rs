@@ -9,6 +9,7 @@ mod render;
 mod respond;
 pub mod serve;
 pub mod text;
+pub mod tp;
 
 use crate::lanes::{LaneHost, SubmitError};
 use crate::tokenizer::Tokenizer;

@@ -37,6 +37,27 @@ pub struct ServeConfig {
     pub tp: usize,
     /// `--tp-deadline-ms`: longest wait of any collective before lockstep counts as lost (the server then exits 70).
     pub tp_deadline_ms: u64,
+    /// `--tp-addr HOST:PORT`: ranks are processes (this host or others) meeting at rank 0's address over TCP; `None`: threads.
+    pub tp_addr: Option<String>,
+    /// `--tp-rank R`: this process's rank with `--tp-addr`; rank 0 serves HTTP, the others follow it.
+    pub tp_rank: usize,
+}
+
+impl ServeConfig {
+    /// The forward's switches these flags ask for (every tensor-parallel rank loads with the same).
+    pub fn model_options(&self) -> tf_dsv41::Options {
+        tf_dsv41::Options {
+            replay: self.replay,
+            engram_io: self.engram_io,
+            engram_cache_rows: self.engram_cache_rows,
+            wide_sums: self.wide_sums,
+            exl3_fast: self.exl3_fast,
+            exl3_prompt_gemm: self.exl3_prompt_gemm,
+            prefill_mxfp4: self.prefill_mxfp4,
+            ..tf_dsv41::Options::default()
+        }
+        .with_engram_from(self.engram_from.as_deref())
+    }
 }
 
 /// Where the model runs: the CPU reference, or one NVIDIA GPU by ordinal.
@@ -82,6 +103,8 @@ impl Default for ServeConfig {
             cuda_graphs: false,
             tp: 1,
             tp_deadline_ms: 30_000,
+            tp_addr: None,
+            tp_rank: 0,
         }
     }
 }
@@ -136,29 +159,6 @@ pub fn load_engine(
     Ok(Engine { host, tok: Arc::new(tok), bos })
 }
 
-/// [`load_engine`] on the CPU with `world` ranks in lockstep (`tf_dsv41::tp`); a lost group exits the process with code 70.
-pub fn load_engine_tp(
-    dir: &Path,
-    limits: Limits,
-    opts: tf_dsv41::Options,
-    world: usize,
-    deadline: std::time::Duration,
-) -> Result<Engine, Error> {
-    let tok = Tokenizer::from_file(dir.join("tokenizer.json"))?;
-    let (mut leader, followers) = tf_dsv41::tp::spawn(dir, opts, world, deadline)?;
-    leader.exit_on_lost = true;
-    for f in followers {
-        // A follower that loses the group says why; the leader's next step then exits 70.
-        std::thread::spawn(move || {
-            if let Ok(Err(e)) = f.join() {
-                tracing::error!(reason = %e, "lockstep_lost on a follower");
-            }
-        });
-    }
-    let bos = leader.model.cfg.bos_token_id;
-    Ok(Engine { host: LaneHost::spawn(leader, limits), tok: Arc::new(tok), bos })
-}
-
 /// Serves `cfg` on a free loopback port from a thread of its own (tests, benches, embedding); the address comes back at once and the model loads in the background.
 pub fn spawn_loopback(cfg: ServeConfig) -> std::io::Result<std::net::SocketAddr> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -190,20 +190,9 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
     let loader = state.clone();
     tokio::task::spawn_blocking(move || {
         let loaded = model_dir(cfg.model_dir.as_deref()).and_then(|dir| {
-            let opts = tf_dsv41::Options {
-                replay: cfg.replay,
-                engram_io: cfg.engram_io,
-                engram_cache_rows: cfg.engram_cache_rows,
-                wide_sums: cfg.wide_sums,
-                exl3_fast: cfg.exl3_fast,
-                exl3_prompt_gemm: cfg.exl3_prompt_gemm,
-                prefill_mxfp4: cfg.prefill_mxfp4,
-                ..tf_dsv41::Options::default()
-            }
-            .with_engram_from(cfg.engram_from.as_deref());
+            let opts = cfg.model_options();
             if cfg.tp > 1 {
-                let deadline = std::time::Duration::from_millis(cfg.tp_deadline_ms);
-                return load_engine_tp(&dir, cfg.limits, opts, cfg.tp, deadline);
+                return super::tp::load_leader(&dir, &cfg, opts);
             }
             load_engine(&dir, cfg.limits, opts, cfg.device, cfg.cuda_graphs)
         });
@@ -226,6 +215,9 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
 
 /// `tf serve`: binds `host:port` and serves until Ctrl-C.
 pub fn run(cfg: ServeConfig) -> Result<(), Error> {
+    if cfg.tp_rank > 0 {
+        return super::tp::follow(&cfg);
+    }
     // Said before binding: otherwise the server would listen, then exit when the background load fails.
     if cfg.model_dir.is_none() {
         require_gate_model(&tf_dsv41::gate_model::gate_model_assets())?;

@@ -1,0 +1,60 @@
+//! `tf serve --tp N`: ranks as threads of this process, or as processes meeting over TCP (`--tp-addr`, `--tp-rank`).
+
+use super::Engine;
+use super::serve::{ServeConfig, model_dir};
+use crate::error::Error;
+use crate::lanes::LaneHost;
+use crate::tokenizer::Tokenizer;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tf_collective::TcpComm;
+
+fn deadline(cfg: &ServeConfig) -> Duration {
+    Duration::from_millis(cfg.tp_deadline_ms)
+}
+
+/// Rank 0's engine: threads for every rank, or this process's rank of a TCP group; a lost group exits the process with 70.
+pub fn load_leader(dir: &Path, cfg: &ServeConfig, opts: tf_dsv41::Options) -> Result<Engine, Error> {
+    let tok = Tokenizer::from_file(dir.join("tokenizer.json"))?;
+    let mut leader = match &cfg.tp_addr {
+        None => {
+            let (leader, followers) = tf_dsv41::tp::spawn(dir, opts, cfg.tp, deadline(cfg))?;
+            for f in followers {
+                // A follower that loses the group says why; the leader's next step then exits 70.
+                std::thread::spawn(move || {
+                    if let Ok(Err(e)) = f.join() {
+                        tracing::error!(reason = %e, "lockstep_lost on a follower");
+                    }
+                });
+            }
+            leader
+        }
+        Some(addr) => {
+            let comm = TcpComm::join(0, cfg.tp, addr.as_str(), Some(deadline(cfg)))
+                .map_err(|e| Error::Tp(format!("rank 0 of {} at {addr}: {e}", cfg.tp)))?;
+            tracing::info!(world = cfg.tp, %addr, "tensor-parallel group joined over TCP");
+            let (model, comm) = tf_dsv41::tp::load_rank(dir, opts, Box::new(comm))?;
+            tf_dsv41::tp::lockstep::Leader::new(model, comm)
+        }
+    };
+    leader.exit_on_lost = true;
+    let bos = leader.model.cfg.bos_token_id;
+    Ok(Engine { host: LaneHost::spawn(leader, cfg.limits), tok: Arc::new(tok), bos })
+}
+
+/// A follower process (`--tp-rank` above 0): joins rank 0 over TCP and runs its frames until it stops; a lost group exits 70.
+pub fn follow(cfg: &ServeConfig) -> Result<(), Error> {
+    let addr = cfg.tp_addr.as_deref().ok_or_else(|| Error::Tp("--tp-rank above 0 needs --tp-addr".into()))?;
+    let dir = model_dir(cfg.model_dir.as_deref())?;
+    let opts = cfg.model_options();
+    let comm = TcpComm::join(cfg.tp_rank, cfg.tp, addr, Some(deadline(cfg)))
+        .map_err(|e| Error::Tp(format!("rank {} of {} joining {addr}: {e}", cfg.tp_rank, cfg.tp)))?;
+    let (model, comm) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(comm))?;
+    tracing::info!(rank = cfg.tp_rank, world = cfg.tp, "following rank 0");
+    if let Err(e) = tf_dsv41::tp::lockstep::follow(&model, &comm) {
+        tracing::error!(reason = %e, "lockstep_lost");
+        std::process::exit(70);
+    }
+    Ok(())
+}
