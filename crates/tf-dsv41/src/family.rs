@@ -157,6 +157,19 @@ impl Family for crate::cuda::GpuModel {
         crate::cuda::GpuModel::decode(self, lane, tokens)
     }
 
+    fn drafts(&self) -> bool {
+        self.dspark.is_some() && !self.opts.quirks.stale_index_keys
+    }
+
+    fn draft(&self, lane: &mut Self::Lane, next: u32, max: usize) -> Result<Option<tf_family::Draft>, Error> {
+        if !Family::drafts(self) || max == 0 {
+            return Ok(None);
+        }
+        let d = crate::cuda::GpuModel::draft(self, lane, next)?;
+        let n = max.min(d.tokens.len());
+        Ok(Some(tf_family::Draft { tokens: d.tokens[..n].to_vec(), confidence: d.confidence[..n].to_vec() }))
+    }
+
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
         crate::cuda::GpuModel::verify(self, lane, tokens)
     }

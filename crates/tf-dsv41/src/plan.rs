@@ -103,7 +103,7 @@ pub trait Backend {
         ahead: Option<&ChunkRows>,
     ) -> Result<()>;
     /// The DSpark tap of the streams, or `None` where this model or backend drafts nothing.
-    fn tap(&self, s: &Self::Streams) -> Option<Self::Tap>;
+    fn tap(&self, s: &Self::Streams) -> Result<Option<Self::Tap>>;
     /// Attention then MoE of layer `layer` between hc collapse and expand, on `s` in place.
     #[allow(clippy::too_many_arguments)]
     fn block(
@@ -122,7 +122,7 @@ pub trait Backend {
     /// Takes the replay buffer: its first position, rows and their Engram ids.
     fn take_replay(&self, lane: &mut Self::Lane) -> Option<(usize, Self::Streams, EngramIds)>;
     /// Seeds the draft rings from the taps of rows `pos0..pos0 + rows`.
-    fn seed_drafts(&self, lane: &mut Self::Lane, pos0: usize, taps: &[Self::Tap], rows: usize);
+    fn seed_drafts(&self, lane: &mut Self::Lane, pos0: usize, taps: &[Self::Tap], rows: usize) -> Result<()>;
     /// Logits of every row, or of the last row only.
     fn head(&self, s: &Self::Streams, last_only: bool) -> Result<Self::Logits>;
     /// The logits on the host, a vector per row.
@@ -173,7 +173,7 @@ fn run_blocks<B: Backend>(
         let k = b.hasher().and_then(|h| h.layout().layer_index(layer));
         b.engram(layer, s, k.and_then(|k| ids.get(k)).map(Vec::as_slice), k.and_then(|k| ahead.get(k)))?;
         if cfg.dspark_target_layer_ids.contains(&layer) {
-            taps.extend(b.tap(s));
+            taps.extend(b.tap(s)?);
         }
         // The replay pass's first layer already compressed these rows when they were buffered.
         b.block(layer, s, &mut ctx, !(replay_pass && layer == first), lane, &mut shared)?;
@@ -200,7 +200,7 @@ pub fn prefill<B: Backend>(
     let (n, rows) = (b.cfg().n_layers, tokens.len());
     if !b.replay() {
         let taps = run_blocks(b, 0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
-        b.seed_drafts(lane, pos0, &taps, rows);
+        b.seed_drafts(lane, pos0, &taps, rows)?;
         *lane.pos_mut() += rows;
         return if last { Ok(Some(last_row(b, &s)?)) } else { Ok(None) };
     }
@@ -218,7 +218,7 @@ pub fn prefill<B: Backend>(
     }
     let taps = run_blocks(b, split..n, &mut s, lane, start, (&ids, ahead), true)?;
     let replayed = b.rows(&s);
-    b.seed_drafts(lane, start, &taps, replayed);
+    b.seed_drafts(lane, start, &taps, replayed)?;
     Ok(Some(last_row(b, &s)?))
 }
 
@@ -285,10 +285,11 @@ fn decode_rows<B: Backend>(
     let step = |lane: &mut B::Lane| {
         let mut s = b.embed(tokens)?;
         let taps = run_blocks(b, 0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
-        b.seed_drafts(lane, pos0, &taps, tokens.len());
-        b.head(&s, false)
+        Ok((b.head(&s, false)?, taps))
     };
-    let logits = if graphs { b.decode_step(tokens.len(), || step(lane))? } else { step(lane)? };
+    let (logits, taps) = if graphs { b.decode_step(tokens.len(), || step(lane))? } else { step(lane)? };
+    // Seeding reads the taps back on the host, so it runs after a captured step, never inside it.
+    b.seed_drafts(lane, pos0, &taps, tokens.len())?;
     *lane.pos_mut() += tokens.len();
     b.host_logits(logits)
 }

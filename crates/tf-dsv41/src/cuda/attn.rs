@@ -27,6 +27,9 @@ impl GpuModel {
         lane: &mut GpuLane,
         shared: &mut Shared,
     ) -> Result<Buf, Error> {
+        if role.is_dspark {
+            return self.draft_attention(a, x, call, &lane.windows[role.layer]);
+        }
         let (gpu, cfg, rows) = (self.gpu, self.cfg(), call.rows);
         let (heads, d, rd, w) = (cfg.n_heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
         let cs = call.cs(role.rope);

@@ -15,8 +15,7 @@ impl Backend for GpuModel {
     type Streams = GStreams;
     type Ctx = Call;
     type Shared = Shared;
-    /// The GPU drafts nothing yet: DSpark runs on the CPU backend only.
-    type Tap = std::convert::Infallible;
+    type Tap = super::dspark::GTap;
     type Logits = Buf;
 
     fn cfg(&self) -> &crate::Config {
@@ -58,8 +57,8 @@ impl Backend for GpuModel {
         self.apply_engram(&self.blocks[layer], s, ids, ahead)
     }
 
-    fn tap(&self, _s: &GStreams) -> Option<Self::Tap> {
-        None
+    fn tap(&self, s: &GStreams) -> Result<Option<Self::Tap>> {
+        Ok(self.tap_rows(s)?)
     }
 
     fn block(
@@ -100,7 +99,9 @@ impl Backend for GpuModel {
         Ok(self.rewind_undo(lane, keep)?)
     }
 
-    fn seed_drafts(&self, _lane: &mut GpuLane, _pos0: usize, _taps: &[Self::Tap], _rows: usize) {}
+    fn seed_drafts(&self, lane: &mut GpuLane, pos0: usize, taps: &[Self::Tap], rows: usize) -> Result<()> {
+        Ok(self.seed_rings(lane, pos0, taps, rows)?)
+    }
 
     fn head(&self, s: &GStreams, last_only: bool) -> Result<Buf> {
         if !last_only {

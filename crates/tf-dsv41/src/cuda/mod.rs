@@ -1,6 +1,7 @@
 //! The dsv41 forward on one NVIDIA GPU: our kernels (`kernels/*.cu`), their launchers, and the model built on them.
 
 mod attn;
+pub mod dspark;
 mod forward;
 pub mod kernels;
 pub mod lane;

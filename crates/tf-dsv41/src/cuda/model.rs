@@ -34,6 +34,8 @@ pub struct GpuModel {
     pub(crate) graph_warm: parking_lot::Mutex<std::collections::HashSet<usize>>,
     /// Pinned buffers each layer's Engram rows are gathered into, then copied once per layer per call.
     pub(crate) engram_staging: tf_cuda::pinned::PinnedRing,
+    /// The DSpark stages and heads, when the checkpoint has them.
+    pub dspark: Option<super::dspark::GDSpark>,
 }
 
 /// Per phase name: host enqueue seconds, total seconds, calls.
@@ -104,6 +106,7 @@ impl GpuModel {
         let embed = gpu.upload_exact(cpu.embed.bytes())?;
         let norm = upload_bf16(gpu, &cpu.norm)?;
         let head = Mat::upload(gpu, &cpu.head)?;
+        let dspark = cpu.dspark.take().map(|ds| super::dspark::GDSpark::upload(gpu, ds, kernels)).transpose()?;
         gpu.sync("uploading the model")?;
         let ropes = [Rope::new(&cpu.cfg, RopeKind::Plain), Rope::new(&cpu.cfg, RopeKind::Yarn)];
         Ok(GpuModel {
@@ -122,6 +125,7 @@ impl GpuModel {
             graphs: false,
             graph_warm: Default::default(),
             engram_staging: Default::default(),
+            dspark,
         })
     }
 
@@ -185,9 +189,11 @@ impl GpuModel {
             });
         }
         let ring = cfg.window_size * cfg.head_dim * 2;
+        // DSpark stages keep their rings after the backbone's, at their own layer ids.
+        let rings = if self.dspark.is_some() { cfg.total_layers() } else { layers };
         Ok(GpuLane {
             pos: 0,
-            windows: (0..layers).map(|_| self.gpu.pool().take(ring)).collect::<Result<_, _>>()?,
+            windows: (0..rings).map(|_| self.gpu.pool().take(ring)).collect::<Result<_, _>>()?,
             window_floor: vec![0; layers],
             compressed,
             last_key_publisher: None,

@@ -237,6 +237,7 @@ impl GpuModel {
             graphs: false,
             graph_warm: Default::default(),
             engram_staging: Default::default(),
+            dspark: None,
         })
     }
 

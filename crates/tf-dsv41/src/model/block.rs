@@ -136,13 +136,15 @@ impl Block {
 
     /// Mean over the streams of every row (`h.mean(dim=2)`), bf16: a DSpark tap.
     pub fn stream_mean(s: &Streams, hc: usize, dim: usize) -> Vec<tf_core::bf16> {
-        let rows = s.pre.len();
+        Block::mean_of_streams(&s.x, s.pre.len(), hc, dim)
+    }
+
+    /// Each row's mean over its `hc` streams (`x` bf16 `[rows, hc, dim]`): a DSpark tap, on either backend.
+    pub fn mean_of_streams(x: &[bf16], rows: usize, hc: usize, dim: usize) -> Vec<bf16> {
         (0..rows * dim)
             .map(|k| {
                 let (r, c) = (k / dim, k % dim);
-                tf_core::formats::to_bf16(
-                    (0..hc).map(|i| s.x[(r * hc + i) * dim + c].to_f32()).sum::<f32>() / hc as f32,
-                )
+                tf_core::formats::to_bf16((0..hc).map(|i| x[(r * hc + i) * dim + c].to_f32()).sum::<f32>() / hc as f32)
             })
             .collect()
     }

@@ -53,8 +53,8 @@ impl Backend for Model {
         Ok(b.apply_engram(s, &self.block_call(b, 0, true, ids, ahead))?)
     }
 
-    fn tap(&self, s: &Streams) -> Option<Vec<bf16>> {
-        self.dspark.as_ref().map(|_| Block::stream_mean(s, self.cfg.hc_mult, self.cfg.dim))
+    fn tap(&self, s: &Streams) -> Result<Option<Vec<bf16>>> {
+        Ok(self.dspark.as_ref().map(|_| Block::stream_mean(s, self.cfg.hc_mult, self.cfg.dim)))
     }
 
     fn block(
@@ -114,8 +114,9 @@ impl Backend for Model {
         Ok(self.rewind_undo(st, keep)?)
     }
 
-    fn seed_drafts(&self, st: &mut SeqState, pos0: usize, taps: &[Vec<bf16>], rows: usize) {
+    fn seed_drafts(&self, st: &mut SeqState, pos0: usize, taps: &[Vec<bf16>], rows: usize) -> Result<()> {
         self.seed_draft_rings(st, pos0, taps, rows);
+        Ok(())
     }
 
     fn head(&self, s: &Streams, last_only: bool) -> Result<Vec<Vec<f32>>> {

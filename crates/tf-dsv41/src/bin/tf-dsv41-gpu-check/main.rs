@@ -1,6 +1,7 @@
 //! dsv41 GPU self-check: each dsv41 kernel against its CPU twin on fresh random inputs, then the model end to end.
 
 mod attn;
+mod dspark;
 mod e2e;
 mod engram;
 mod graphs;
@@ -72,6 +73,9 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
     }
     for kind in [TinyKind::Tiny, TinyKind::Small] {
         run_one(&format!("verify {}", kind.name()), &mut |r| verify::check(gpu, rng, r, kind));
+    }
+    for kind in [TinyKind::Tiny, TinyKind::Small] {
+        run_one(&format!("dspark {}", kind.name()), &mut |r| dspark::check(gpu, rng, r, kind));
     }
     run_one("engram read-ahead", &mut |r| engram::check(gpu, rng, r));
     run_one("probe", &mut |r| probe::check(gpu, rng, r));

@@ -1,0 +1,85 @@
+//! DSpark on the GPU against the CPU: the same drafts and confidences bit for bit, and real drafts through verify windows == plain.
+
+use crate::e2e::{argmax, err, prompt};
+use tf_core::rng::SplitMix64;
+use tf_cuda::report::Report;
+use tf_cuda::{Error, Gpu};
+use tf_dsv41::cuda::GpuModel;
+use tf_dsv41::plan;
+use tf_dsv41::tiny::{TinyKind, write_checkpoint};
+use tf_dsv41::{Model, Options};
+
+const STEPS: usize = 12;
+const LENGTHS: [usize; 4] = [1, 9, 40, 150];
+
+/// Drafts after each of `STEPS` greedy steps on both backends: (steps whose drafts and confidences are bit-identical, steps).
+fn drafts_match(gm: &GpuModel, cpu: &Model, p: &[u32]) -> Result<(usize, usize), Error> {
+    let (mut gl, mut st) = (gm.new_lane()?, cpu.new_state());
+    let mut row = gm.prefill(&mut gl, p, true).map_err(err)?.expect("last chunk");
+    cpu.prefill(&mut st, p, true).map_err(err)?;
+    let mut same = 0;
+    for _ in 0..STEPS {
+        let t = argmax(&row);
+        let (g, c) = (gm.draft(&mut gl, t).map_err(err)?, cpu.draft(&mut st, t).map_err(err)?);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        same += usize::from(g.tokens == c.tokens && bits(&g.confidence) == bits(&c.confidence));
+        row = gm.decode(&mut gl, &[t]).map_err(err)?.remove(0);
+        cpu.decode(&mut st, &[t]).map_err(err)?;
+    }
+    Ok((same, STEPS))
+}
+
+/// Greedy decode on the GPU with its own drafts in windows of 3 (sample and match, then rewind) against plain decode: equal rows, and drafts kept.
+fn drafted_equals_plain(gm: &GpuModel, p: &[u32]) -> Result<(bool, usize), Error> {
+    let mut lane = gm.new_lane()?;
+    let mut want = vec![gm.prefill(&mut lane, p, true).map_err(err)?.expect("last chunk")];
+    while want.len() <= 3 * STEPS {
+        let t = argmax(want.last().unwrap());
+        want.push(gm.decode(&mut lane, &[t]).map_err(err)?.remove(0));
+    }
+    let mut lane = gm.new_lane()?;
+    let mut got = vec![gm.prefill(&mut lane, p, true).map_err(err)?.expect("last chunk")];
+    let mut kept = 0;
+    while got.len() <= 3 * STEPS {
+        let t = argmax(got.last().unwrap());
+        let d = gm.draft(&mut lane, t).map_err(err)?;
+        let window: Vec<u32> = std::iter::once(t).chain(d.tokens.into_iter().take(2)).collect();
+        let rows = plan::verify(gm, &mut lane, &window, &[]).map_err(err)?;
+        let mut keep = 0;
+        for (r, row) in rows.into_iter().enumerate() {
+            keep += 1;
+            let next = argmax(&row);
+            got.push(row);
+            if window.get(r + 1) != Some(&next) {
+                break;
+            }
+            kept += 1;
+        }
+        plan::rewind(gm, &mut lane, keep).map_err(err)?;
+    }
+    got.truncate(want.len());
+    Ok((got == want, kept))
+}
+
+pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
+    let dir = std::env::temp_dir().join(format!("tf-dsv41-dspark-{}-{}", kind.name(), std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    write_checkpoint(kind, 0, &dir).map_err(err)?;
+    for replay in [true, false] {
+        let opts = Options { replay, ..Options::default() };
+        let (gm, cpu) = (GpuModel::load(&dir, opts, gpu).map_err(err)?, Model::load(&dir, opts).map_err(err)?);
+        for len in LENGTHS {
+            let p = prompt(rng, len, gm.cfg().vocab_size);
+            let (same, steps) = drafts_match(&gm, &cpu, &p)?;
+            let (equal, kept) = drafted_equals_plain(&gm, &p)?;
+            report.row(
+                "dspark GPU == CPU",
+                format!("{} replay {replay} prompt {len}", kind.name()),
+                format!("{same} of {steps} drafts bit-identical; drafted == plain {equal} with {kept} drafts kept"),
+                same == steps && equal,
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}

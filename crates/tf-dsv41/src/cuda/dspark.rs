@@ -1,0 +1,189 @@
+//! DSpark drafts on the GPU (dsv41 §11), the CPU's `model/dspark.rs` op for op: taps, ring seeds, draft blocks, Markov and confidence heads.
+
+use super::lane::{GpuLane, copy};
+use super::layer::{GAttn, GBlock};
+use super::model::{Call, GStreams, GpuModel, Shared};
+use super::ops::{self, Io, KeyRows, KeySource, key_id};
+use super::weights::{Acts, Buf, Exl3Run, Lin8, Mat, upload_bf16};
+use crate::config::RopeKind;
+use crate::linear::Dense;
+use crate::model::{Block, DSparkHeads, Drafts};
+use tf_core::bf16;
+use tf_cuda::{Error, Gpu};
+
+/// The DSpark stages and heads on the GPU; the Markov table and confidence head stay on the host, read a row at a time.
+pub struct GDSpark {
+    pub stages: Vec<GBlock>,
+    main_proj: Lin8,
+    main_norm: Buf,
+    norm: Buf,
+    markov_embed: Vec<bf16>,
+    markov_head: Mat,
+    confidence: Dense,
+    rank: usize,
+}
+
+/// A tap: the newest rows (at most the window) of the streams entering a target layer, bf16 `[rows, hc, dim]`.
+pub struct GTap {
+    x: Buf,
+    rows: usize,
+}
+
+impl GDSpark {
+    pub fn upload(gpu: &'static Gpu, ds: DSparkHeads, kernels: Exl3Run) -> Result<GDSpark, Error> {
+        Ok(GDSpark {
+            stages: ds.stages.iter().map(|b| GBlock::upload(gpu, b, kernels)).collect::<Result<_, _>>()?,
+            main_proj: Lin8::upload(gpu, &ds.main_proj, kernels)?,
+            main_norm: upload_bf16(gpu, &ds.main_norm)?,
+            norm: upload_bf16(gpu, &ds.norm)?,
+            markov_head: Mat::upload(gpu, &ds.markov_head)?,
+            markov_embed: ds.markov_embed,
+            confidence: ds.confidence,
+            rank: ds.rank,
+        })
+    }
+}
+
+impl GpuModel {
+    /// The tap of `s`: a copy of its newest rows, as many as the rings keep.
+    pub(crate) fn tap_rows(&self, s: &GStreams) -> Result<Option<GTap>, Error> {
+        if self.dspark.is_none() {
+            return Ok(None);
+        }
+        let row = self.cfg.hc_mult * self.cfg.dim * 2;
+        let rows = s.rows.min(self.cfg.window_size);
+        let mut x = self.gpu.pool().take(rows * row)?;
+        copy(self.gpu, &s.x, (s.rows - rows) * row, &mut x, 0, rows * row)?;
+        Ok(Some(GTap { x, rows }))
+    }
+
+    /// Window K=V of rows at `positions` for a stage: `fp8(rope(kv_norm(wkv(x))))`, as `AttnWeights::window_kv`.
+    pub(crate) fn window_kv(&self, a: &GAttn, x: &Buf, positions: &[usize]) -> Result<Buf, Error> {
+        let (cfg, rows) = (self.cfg(), positions.len());
+        let (d, rd) = (cfg.head_dim, cfg.rope_head_dim);
+        let cs = self.gpu.upload(&ops::rope_table(self.rope(RopeKind::Plain), positions))?;
+        let mut kv = self.norm(&a.wkv.forward(self.gpu, &Acts::new(x, rows, cfg.dim))?, &a.kv_norm, rows, d)?;
+        ops::rope(self.gpu, &mut kv.view_mut(), &cs.view(), (rows, 1, d, rd), false)?;
+        ops::qdq_fp8_pow2(self.gpu, &mut kv.view_mut(), rows * d, 32)?;
+        Ok(kv)
+    }
+
+    /// Seeds every stage's ring with the projected main rows at `pos0..pos0 + rows` (the newest `W`), from the taps.
+    pub(crate) fn seed_rings(&self, lane: &mut GpuLane, pos0: usize, taps: &[GTap], rows: usize) -> Result<(), Error> {
+        let (Some(ds), Some(first_tap)) = (&self.dspark, taps.first()) else { return Ok(()) };
+        let (cfg, w) = (self.cfg(), self.cfg().window_size);
+        let (hc, dim, n) = (cfg.hc_mult, cfg.dim, first_tap.rows.min(rows));
+        let first = rows - n;
+        let means: Vec<Vec<bf16>> = taps
+            .iter()
+            .map(|t| {
+                let x: Vec<u16> = self.gpu.download(&t.x)?;
+                let x: Vec<bf16> = x[(t.rows - n) * hc * dim..].iter().map(|&b| bf16::from_bits(b)).collect();
+                Ok(Block::mean_of_streams(&x, n, hc, dim))
+            })
+            .collect::<Result<_, Error>>()?;
+        let hidden: Vec<u16> = (0..n)
+            .flat_map(|r| means.iter().flat_map(move |m| m[r * dim..(r + 1) * dim].iter().map(|v| v.to_bits())))
+            .collect();
+        let hidden = self.gpu.upload_exact(&hidden)?;
+        let main = ds.main_proj.forward(self.gpu, &Acts::new(&hidden, n, dim * taps.len()))?;
+        let main_x = self.norm(&main, &ds.main_norm, n, dim)?;
+        let positions: Vec<usize> = (pos0 + first..pos0 + rows).collect();
+        let slots: Vec<i32> = positions.iter().map(|p| (p % w) as i32).collect();
+        let slots = self.gpu.upload(&slots)?;
+        for stage in &ds.stages {
+            let kv = self.window_kv(&stage.attn, &main_x, &positions)?;
+            let ring = &mut lane.windows[stage.role.layer];
+            ops::scatter_rows(self.gpu, &kv.view(), &mut ring.view_mut(), &slots.view(), (n, cfg.head_dim * 2, w))?;
+        }
+        Ok(())
+    }
+
+    /// A draft block's attention: keys are ring slots `0..min(W, pos0)` then every block row, the CPU's `forward_draft` list.
+    pub(crate) fn draft_attention(&self, a: &GAttn, x: &Buf, call: &Call, ring: &Buf) -> Result<Buf, Error> {
+        let (gpu, cfg, rows) = (self.gpu, self.cfg(), call.rows);
+        let (heads, d, rd, w) = (cfg.n_heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
+        let cs = call.cs(RopeKind::Plain);
+        let qr = self.norm(&a.wq_a.forward(gpu, &Acts::new(x, rows, cfg.dim))?, &a.q_norm, rows, cfg.q_lora_rank)?;
+        let mut q = a.wq_b.forward(gpu, &Acts::new(&qr, rows, cfg.q_lora_rank))?;
+        ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
+        let positions: Vec<usize> = (call.pos0..call.pos0 + rows).collect();
+        let kv = self.window_kv(a, x, &positions)?;
+        // The list the CPU builds, its first `w` ids in the window part and the rest as a selection: the same order, the same blocks.
+        let m = w.min(call.pos0);
+        let list: Vec<i32> =
+            (0..m).map(|i| key_id(KeySource::Ring, i)).chain((0..rows).map(|r| key_id(KeySource::Chunk, r))).collect();
+        let s = list.len().saturating_sub(w);
+        let (mut window, mut sel) = (Vec::with_capacity(rows * w), Vec::with_capacity(rows * s));
+        for _ in 0..rows {
+            window.extend((0..w).map(|j| list.get(j).copied().unwrap_or(ops::KEY_NONE)));
+            sel.extend_from_slice(&list[w.min(list.len())..]);
+        }
+        let (window, sel) = (gpu.upload(&window)?, if s > 0 { Some(gpu.upload(&sel)?) } else { None });
+        let empty = gpu.pool().take(2)?;
+        let (kc, kr, kl) = (kv.view(), ring.view(), empty.view());
+        let keys = KeyRows { chunk: &kc, ring: &kr, latents: &kl };
+        let mut o = gpu.pool().take(rows * heads * d * 2)?;
+        let sel_view = sel.as_ref().map(|b| b.view());
+        let scale = (d as f32).powf(-0.5);
+        ops::sparse_attn(
+            gpu,
+            &q.view(),
+            &keys,
+            &window.view(),
+            sel_view.as_ref(),
+            &a.sink.view(),
+            &mut o.view_mut(),
+            (rows, heads, d, w, s),
+            scale,
+        )?;
+        ops::rope(gpu, &mut o.view_mut(), &cs.view(), (rows, heads, d, rd), true)?;
+        let u = a.wo_a.forward(gpu, &o, Io::Bf16, Io::Bf16, rows, cfg.o_groups)?;
+        a.wo_b.forward(gpu, &Acts::new(&u, rows, cfg.o_groups * cfg.o_lora_rank))
+    }
+
+    /// Drafts after the lane's newest row, given the token sampled for the next position (the CPU's `Model::draft`).
+    pub fn draft(&self, lane: &mut GpuLane, next: u32) -> crate::plan::Result<Drafts> {
+        let Some(ds) = &self.dspark else {
+            return Err(tf_core::Error::Invalid("this checkpoint has no DSpark stages".into()).into());
+        };
+        if lane.pos == 0 {
+            return Err(tf_core::Error::Invalid("draft needs a processed prompt".into()).into());
+        }
+        let (cfg, block) = (self.cfg(), self.cfg().dspark_block_size);
+        let mut ids = vec![cfg.dspark_noise_token_id; block];
+        ids[0] = next;
+        let mut s = self.embed_rows(&ids)?;
+        let mut run = || -> Result<Drafts, Error> {
+            let call = self.call(lane.pos, block, &[0])?;
+            let mut shared = Shared::default();
+            for stage in &ds.stages {
+                self.block(stage, &mut s, &call, lane, &mut shared)?;
+            }
+            let (hc, dim, vocab, rank) = (cfg.hc_mult, cfg.dim, cfg.vocab_size, ds.rank);
+            let mut y = self.gpu.pool().take(block * dim * 2)?;
+            ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut y.view_mut(), (block, hc, dim))?;
+            let normed = self.norm(&y, &ds.norm, block, dim)?;
+            let logits: Vec<f32> =
+                self.gpu.download(&self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, block, 1)?)?;
+            let y: Vec<u16> = self.gpu.download(&y)?;
+            let (mut out, mut confidence) = (vec![next], Vec::with_capacity(block));
+            for i in 0..block {
+                let e = &ds.markov_embed[out[i] as usize * rank..(out[i] as usize + 1) * rank];
+                let eb = self.gpu.upload_exact(&e.iter().map(|v| v.to_bits()).collect::<Vec<u16>>())?;
+                let bias: Vec<f32> =
+                    self.gpu.download(&ds.markov_head.forward(self.gpu, &eb, Io::Bf16, Io::F32, 1, 1)?)?;
+                let row: Vec<f32> = logits[i * vocab..(i + 1) * vocab].iter().zip(&bias).map(|(a, b)| a + b).collect();
+                out.push(tf_core::ops::argmax(&row));
+                let cat: Vec<f32> = y[i * dim..(i + 1) * dim]
+                    .iter()
+                    .map(|&b| bf16::from_bits(b).to_f32())
+                    .chain(e.iter().map(|v| v.to_f32()))
+                    .collect();
+                confidence.push(ds.confidence.forward_f32(&cat, 1)[0]);
+            }
+            Ok(Drafts { tokens: out[1..].to_vec(), confidence })
+        };
+        Ok(run()?)
+    }
+}
