@@ -106,3 +106,25 @@ fn the_flash_model_fits_where_the_thread_ran_it_and_not_on_one_gpu() {
         budget(&cfg, 8, ExpertSplit::Width, WeightFormat::Official, Limits { gpu_bytes: 80_000_000_000, ..LIM });
     assert!(smaller.max_context[0] < b8.max_context[0]);
 }
+
+#[test]
+fn the_lockstep_split_holds_each_backbone_expert_once_and_everything_else_everywhere() {
+    for (name, cfg) in configs() {
+        for world in [1, 2, 3, 8] {
+            let mut total = vec![0usize; world];
+            for p in params(&cfg) {
+                let parts: Vec<Part> = (0..world).map(|r| part(&cfg, world, r, ExpertSplit::ExpertsOnly, &p)).collect();
+                let routed = p.name.starts_with("layers.") && p.name.contains(".ffn.experts.");
+                let held = parts.iter().filter(|x| **x == Part::Whole).count();
+                assert_eq!(held, if routed { 1 } else { world }, "{name} TP{world}: {}", p.name);
+                parts.iter().zip(&mut total).for_each(|(x, t)| *t += part_bytes(&p, x));
+            }
+            let b = budget(&cfg, world, ExpertSplit::ExpertsOnly, WeightFormat::Official, LIM);
+            assert_eq!(b.heads, vec![cfg.n_heads; world], "{name}: attention is whole on every rank");
+            let engram: usize =
+                params(&cfg).iter().filter(|p| p.name.ends_with("engram.embed.weight")).map(|p| p.nbytes()).sum();
+            let want: Vec<u64> = total.iter().map(|&t| (t - engram) as u64).collect();
+            assert_eq!(b.weights, want, "{name} TP{world}");
+        }
+    }
+}

@@ -21,8 +21,8 @@ pub struct PlanArgs {
     /// Bits per weight of an EXL3 quant
     #[arg(long, value_name = "BITS", default_value_t = 2.9)]
     pub bpw: f64,
-    /// Routed experts split by intermediate width (every expert on every rank) or whole experts per rank
-    #[arg(long, default_value = "width", value_parser = ["width", "whole"])]
+    /// Routed experts split by intermediate width, or whole experts per rank; `ep`: what `tf serve --tp` runs today (only the experts split)
+    #[arg(long, default_value = "width", value_parser = ["width", "whole", "ep"])]
     pub experts: String,
     /// Rows of a prefill chunk (the server's --prefill-chunk)
     #[arg(long, value_name = "N", default_value_t = 2048)]
@@ -50,7 +50,11 @@ pub fn run(a: &PlanArgs) -> Result<String, String> {
         return Err("--gpu-mem and --bpw must be positive, --reserve not negative".into());
     }
     let format = if a.weights == "exl3" { WeightFormat::Exl3 { bpw: a.bpw } } else { WeightFormat::Official };
-    let experts = if a.experts == "whole" { ExpertSplit::Whole } else { ExpertSplit::Width };
+    let experts = match a.experts.as_str() {
+        "whole" => ExpertSplit::Whole,
+        "ep" => ExpertSplit::ExpertsOnly,
+        _ => ExpertSplit::Width,
+    };
     let lim = Limits {
         gpu_bytes: (a.gpu_mem * GB) as u64,
         prefill_chunk: a.prefill_chunk.max(1),

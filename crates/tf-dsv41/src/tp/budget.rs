@@ -94,7 +94,10 @@ pub fn budget(cfg: &Config, world: usize, experts: ExpertSplit, format: WeightFo
             min_ratio = min_ratio.min(r.ratio);
         }
     }
-    let heads: Vec<usize> = head_ranges(cfg, world).iter().map(|h| h.len()).collect();
+    let heads: Vec<usize> = match experts {
+        ExpertSplit::ExpertsOnly => vec![cfg.n_heads; world],
+        _ => head_ranges(cfg, world).iter().map(|h| h.len()).collect(),
+    };
     let max_heads = heads.iter().copied().max().unwrap_or(0);
     let (c, hc, dim) = (lim.prefill_chunk, cfg.hc_mult, cfg.dim);
     let (_, topk) = cfg.moe_config(0);

@@ -24,6 +24,8 @@ pub enum ExpertSplit {
     Width,
     /// Whole experts per rank (expert parallel).
     Whole,
+    /// What `tf serve --tp` runs today: the backbone's routed experts whole per rank, every other parameter whole on every rank.
+    ExpertsOnly,
 }
 
 /// The part of one parameter a rank holds.
@@ -65,6 +67,15 @@ pub fn head_ranges(cfg: &Config, world: usize) -> Vec<Range<usize>> {
 /// The part of `p` that rank `rank` of `world` holds.
 pub fn part(cfg: &Config, world: usize, rank: usize, experts: ExpertSplit, p: &Param) -> Part {
     let name = p.name.as_str();
+    if experts == ExpertSplit::ExpertsOnly {
+        let (n_experts, _) = cfg.moe_config(layer_of(cfg, name));
+        let id =
+            name.split(".ffn.experts.").nth(1).and_then(|t| t.split('.').next()).and_then(|s| s.parse::<usize>().ok());
+        return match id {
+            Some(id) if name.starts_with("layers.") && !partition(n_experts, world)[rank].contains(&id) => Part::None,
+            _ => Part::Whole,
+        };
+    }
     let inner = match name.split('.').next() {
         Some("layers" | "mtp") => name.splitn(3, '.').nth(2).unwrap_or(name),
         _ => name,
@@ -93,6 +104,7 @@ pub fn part(cfg: &Config, world: usize, rank: usize, experts: ExpertSplit, p: &P
                 ExpertSplit::Whole => Part::None,
                 ExpertSplit::Width if e.ends_with(".w2.weight") => Part::Cols(width()),
                 ExpertSplit::Width => Part::Rows(width()),
+                ExpertSplit::ExpertsOnly => unreachable!("returned above"),
             }
         }
         _ => Part::Whole,
