@@ -186,6 +186,18 @@ fn sweep(o: &Options, client: &Client, model: &str) -> Result<Value, String> {
     )
 }
 
+/// Each pair of replies that differs or failed, as a failure named `check` with its sides under `names`.
+fn compare(a: &[Result<Value, String>], b: &[Result<Value, String>], [check, x, y]: [&str; 3], out: &mut Vec<Value>) {
+    for (i, (a, b)) in a.iter().zip(b).enumerate() {
+        let what = format!("prompt {} {}", i / 2, if i % 2 == 0 { "greedy" } else { "seeded" });
+        match (a, b) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Ok(a), Ok(b)) => out.push(json!({"check": check, "request": what, x: a, y: b})),
+            (Err(e), _) | (_, Err(e)) => out.push(json!({"check": check, "request": what, "error": e})),
+        }
+    }
+}
+
 /// `b` with `key` set to `v`.
 fn with(b: &Value, key: &str, v: Value) -> Value {
     let mut b = b.clone();
@@ -231,30 +243,8 @@ fn invariance(o: &Options, client: &Client, model: &str) -> Result<Value, String
     let undrafted = parallel(1, plain, "invariance: \"draft\": false", send);
     let together = parallel(jobs.len(), jobs, "invariance: all at once", send);
     let mut failures = Vec::new();
-    for (i, (a, b)) in solo.iter().zip(&together).enumerate() {
-        let what = format!("prompt {} {}", i / 2, if i % 2 == 0 { "greedy" } else { "seeded" });
-        match (a, b) {
-            (Ok(a), Ok(b)) if a == b => {}
-            (Ok(a), Ok(b)) => {
-                failures.push(json!({"check": "concurrent == solo", "request": what, "solo": a, "concurrent": b}))
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                failures.push(json!({"check": "concurrent == solo", "request": what, "error": e}))
-            }
-        }
-    }
-    for (i, (a, b)) in solo.iter().zip(&undrafted).enumerate() {
-        let what = format!("prompt {} {}", i / 2, if i % 2 == 0 { "greedy" } else { "seeded" });
-        match (a, b) {
-            (Ok(a), Ok(b)) if a == b => {}
-            (Ok(a), Ok(b)) => {
-                failures.push(json!({"check": "drafted == plain", "request": what, "drafted": a, "plain": b}))
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                failures.push(json!({"check": "drafted == plain", "request": what, "error": e}))
-            }
-        }
-    }
+    compare(&solo, &together, ["concurrent == solo", "solo", "concurrent"], &mut failures);
+    compare(&solo, &undrafted, ["drafted == plain", "drafted", "plain"], &mut failures);
     // A prefix no earlier request saw, so the first run is fresh and the third resumes what the second left cached.
     let nonce = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let prefix = format!("Resume check {nonce}.\n{}", texts[0].repeat(2));

@@ -1,5 +1,8 @@
 //! Tensor parallel by expert parallelism in lockstep (issue 25): TP2/3/4/8 equal TP1 and the plain model bit for bit; failures never hang.
 
+mod common;
+
+use common::{argmax, dir};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -9,18 +12,6 @@ use tf_dsv41::tp::lockstep::Leader;
 use tf_dsv41::tp::{SharedComm, spawn};
 use tf_dsv41::{Error, Model, Options};
 use tf_family::Family;
-
-fn dir(kind: TinyKind) -> &'static Path {
-    static DIRS: OnceLock<[tempfile::TempDir; 2]> = OnceLock::new();
-    let dirs = DIRS.get_or_init(|| {
-        [TinyKind::Tiny, TinyKind::Small].map(|k| {
-            let d = tempfile::tempdir().unwrap();
-            write_checkpoint(k, 0, d.path()).unwrap();
-            d
-        })
-    });
-    dirs[usize::from(kind == TinyKind::Small)].path()
-}
 
 /// Tiny routed to 4 of its 8 experts a token instead of 2: every rank sends outputs for most rows.
 fn tiny_top4() -> &'static Path {
@@ -38,10 +29,6 @@ fn tiny_top4() -> &'static Path {
         d
     })
     .path()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
 }
 
 /// Every logits row of a fixed script: a chunked prompt, greedy decode steps, and verify windows cut back.

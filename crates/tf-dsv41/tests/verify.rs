@@ -1,25 +1,10 @@
 //! Verify windows and rewinds (issue 26): every kept row, and the state after, equal plain decode bit for bit.
 
-use std::path::Path;
-use std::sync::OnceLock;
-use tf_dsv41::tiny::{TinyKind, write_checkpoint};
+mod common;
+
+use common::{argmax, dir};
+use tf_dsv41::tiny::TinyKind;
 use tf_dsv41::{Model, Options};
-
-fn dir(kind: TinyKind) -> &'static Path {
-    static DIRS: OnceLock<[tempfile::TempDir; 2]> = OnceLock::new();
-    let dirs = DIRS.get_or_init(|| {
-        [TinyKind::Tiny, TinyKind::Small].map(|k| {
-            let d = tempfile::tempdir().unwrap();
-            write_checkpoint(k, 0, d.path()).unwrap();
-            d
-        })
-    });
-    dirs[usize::from(kind == TinyKind::Small)].path()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
-}
 
 /// Greedy plain decode: each step's logits and the token it picks, `steps` steps after the prompt.
 fn plain(m: &Model, prompt: &[u32], steps: usize) -> (Vec<Vec<f32>>, Vec<u32>) {

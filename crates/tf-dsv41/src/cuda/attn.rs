@@ -49,30 +49,45 @@ impl GpuModel {
         let window = call.window(lane.window_floor[role.layer]);
         let empty = gpu.pool().take(2)?;
         let latents = lane.compressed[owner].as_ref().map_or(&empty, |c| &c.latents);
-        let mut o = gpu.pool().take(rows * heads * d * 2)?;
         let (kc, kr, kl) = (kv.view(), lane.windows[role.layer].view(), latents.view());
         let keys = KeyRows { chunk: &kc, ring: &kr, latents: &kl };
         let s = if sel.is_some() { cfg.index_topk } else { 0 };
-        let sel_view = sel.as_ref().map(|b| b.view());
-        let scale = (d as f32).powf(-0.5);
-        self.phase("attn: sparse_attn", || {
-            ops::sparse_attn(
-                gpu,
-                &q.view(),
-                &keys,
-                &window.view(),
-                sel_view.as_ref(),
-                &a.sink.view(),
-                &mut o.view_mut(),
-                (rows, heads, d, w, s),
-                scale,
-            )
-        })?;
-        ops::rope(gpu, &mut o.view_mut(), &cs.view(), (rows, heads, d, rd), true)?;
+        let o = self.phase("attn: sparse_attn", || self.attend(a, &q, &keys, (window, sel), cs, (rows, s)))?;
         let ring = &mut lane.windows[role.layer];
         ops::scatter_rows(gpu, &kv.view(), &mut ring.view_mut(), &call.slots.view(), (rows, d * 2, w))?;
         let u = self.phase("attn: wo_a", || a.wo_a.forward(gpu, &o, Io::Bf16, Io::Bf16, rows, cfg.o_groups))?;
         self.phase("attn: wo_b", || a.wo_b.forward(gpu, &Acts::new(&u, rows, cfg.o_groups * cfg.o_lora_rank)))
+    }
+
+    /// `sparse_attn` of `q` over each row's key list (`window` ids, then `sel`'s `s` ids), un-RoPE'd: bf16 `[rows, heads, d]`.
+    pub(crate) fn attend(
+        &self,
+        a: &GAttn,
+        q: &Buf,
+        keys: &KeyRows<'_>,
+        (window, sel): (&Buf, Option<&Buf>),
+        cs: &Buf,
+        (rows, s): (usize, usize),
+    ) -> Result<Buf, Error> {
+        let (gpu, cfg) = (self.gpu, self.cfg());
+        let (heads, d, rd, w) = (cfg.n_heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
+        let mut o = gpu.pool().take(rows * heads * d * 2)?;
+        let sel_view = sel.map(|b| b.view());
+        let dims = (rows, heads, d, w, s);
+        let scale = (d as f32).powf(-0.5);
+        ops::sparse_attn(
+            gpu,
+            &q.view(),
+            keys,
+            &window.view(),
+            sel_view.as_ref(),
+            &a.sink.view(),
+            &mut o.view_mut(),
+            dims,
+            scale,
+        )?;
+        ops::rope(gpu, &mut o.view_mut(), &cs.view(), (rows, heads, d, rd), true)?;
+        Ok(o)
     }
 
     /// The layer whose selection (`[rows, index_topk]` key ids in `shared.sel`) this layer uses; `None` for window-only layers.

@@ -123,21 +123,7 @@ impl GpuModel {
         let empty = gpu.pool().take(2)?;
         let (kc, kr, kl) = (kv.view(), ring.view(), empty.view());
         let keys = KeyRows { chunk: &kc, ring: &kr, latents: &kl };
-        let mut o = gpu.pool().take(rows * heads * d * 2)?;
-        let sel_view = sel.as_ref().map(|b| b.view());
-        let scale = (d as f32).powf(-0.5);
-        ops::sparse_attn(
-            gpu,
-            &q.view(),
-            &keys,
-            &window.view(),
-            sel_view.as_ref(),
-            &a.sink.view(),
-            &mut o.view_mut(),
-            (rows, heads, d, w, s),
-            scale,
-        )?;
-        ops::rope(gpu, &mut o.view_mut(), &cs.view(), (rows, heads, d, rd), true)?;
+        let o = self.attend(a, &q, &keys, (&window, sel.as_ref()), cs, (rows, s))?;
         let u = a.wo_a.forward(gpu, &o, Io::Bf16, Io::Bf16, rows, cfg.o_groups)?;
         a.wo_b.forward(gpu, &Acts::new(&u, rows, cfg.o_groups * cfg.o_lora_rank))
     }
