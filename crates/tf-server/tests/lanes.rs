@@ -99,6 +99,9 @@ fn a_failing_or_panicking_request_fails_alone() {
     assert_eq!(ids, vec![2, 3, 4, 5, 6]);
     let eos = collect(h.submit(greedy(vec![14], 5)).unwrap());
     assert!(matches!(eos.as_slice(), [Event::Done { finish: Finish::Stop, completion_tokens: 0, .. }]), "{eos:?}");
+    let past = collect(h.submit(GenRequest { ignore_eos: true, ..greedy(vec![14], 3) }).unwrap());
+    let ids: Vec<u32> = past.iter().filter_map(|e| if let Event::Token(t) = e { Some(t.id) } else { None }).collect();
+    assert_eq!(ids, vec![15, 0, 1], "ignore_eos generates through EOS to max_tokens");
     assert_eq!(h.load(), (0, 0));
 }
 

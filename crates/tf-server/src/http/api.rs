@@ -30,6 +30,9 @@ pub struct Common {
     pub stream_options: Option<Value>,
     /// Teacher forcing: the completion is exactly these token ids, returned with their logprobs.
     pub forced_tokens: Option<Vec<u32>>,
+    /// vLLM's `ignore_eos`: generate past EOS up to `max_tokens` (benchmarks); stop strings and tokens still apply.
+    #[serde(default)]
+    pub ignore_eos: bool,
     /// `false`: no DSpark drafting for this request (default: draft where the host does; the reply's bits are the same).
     pub draft: Option<bool>,
     /// OpenAI `logit_bias`: token id (as a string key) to a bias in [-100, 100].
@@ -37,7 +40,7 @@ pub struct Common {
 }
 
 /// Field names `Common` reads, for the unknown-field warning.
-pub const COMMON_FIELDS: [&str; 16] = [
+pub const COMMON_FIELDS: [&str; 17] = [
     "model",
     "max_tokens",
     "max_completion_tokens",
@@ -51,6 +54,7 @@ pub const COMMON_FIELDS: [&str; 16] = [
     "stream_options",
     "forced_tokens",
     "draft",
+    "ignore_eos",
     "logit_bias",
     "user",
     "presence_penalty",
@@ -78,6 +82,7 @@ pub struct GenParams {
     pub n: usize,
     pub forced: Vec<u32>,
     pub draft: bool,
+    pub ignore_eos: bool,
     pub logit_bias: Vec<(u32, f32)>,
 }
 
@@ -149,6 +154,7 @@ impl Common {
             max_tokens: if forced.is_empty() { max_tokens } else { forced.len() },
             forced,
             draft: self.draft.unwrap_or(true),
+            ignore_eos: self.ignore_eos,
             logit_bias: logit_bias(self.logit_bias.as_ref())?,
         })
     }
@@ -185,6 +191,7 @@ impl GenParams {
             forced: self.forced.clone(),
             logit_bias: self.logit_bias.clone(),
             no_draft: !self.draft,
+            ignore_eos: self.ignore_eos,
         }
     }
 }

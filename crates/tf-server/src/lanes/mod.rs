@@ -101,6 +101,8 @@ pub struct GenRequest {
     pub logit_bias: Vec<(u32, f32)>,
     /// `"draft": false`: plain decode for this request even where the host drafts.
     pub no_draft: bool,
+    /// Generation goes on past EOS (vLLM's `ignore_eos`); `stop_tokens` still end it.
+    pub ignore_eos: bool,
 }
 
 /// One generated token.

@@ -56,6 +56,8 @@ pub(super) struct Scheduler<F: Family> {
     decode_turn: bool,
     /// Verify-window and draft costs, measured when a lane first drafts (`Some(None)`: this family drafts nothing).
     costs: Option<Option<Costs>>,
+    /// Plain steps a new lane waits before drafting: where the last lane's back-off stood.
+    draft_hint: u32,
 }
 
 /// What a lane does after a step.
@@ -79,6 +81,7 @@ impl<F: Family> Scheduler<F> {
             early: None,
             decode_turn: false,
             costs: None,
+            draft_hint: 0,
         }
     }
 
@@ -163,7 +166,8 @@ impl<F: Family> Scheduler<F> {
             let rng = Rng::new(job.req.sampling.seed);
             let draft = LaneDraft::new(
                 self.limits.draft && self.family.drafts() && !job.req.no_draft && job.req.forced.is_empty(),
-            );
+            )
+            .learned(self.draft_hint);
             let now = Instant::now();
             let a = Active {
                 lane,
@@ -339,6 +343,7 @@ impl<F: Family> Scheduler<F> {
         } else {
             a.draft.back_off()
         }
+        self.draft_hint = a.draft.hint();
         if k == 0 {
             return None;
         }
@@ -418,7 +423,7 @@ fn emit<L, P>(a: &mut Active<L, P>, logits: &[f32], eos: u32, max_context: usize
         completion_tokens,
         cached_tokens: a.cached,
     };
-    if !forced && (id == eos || req.stop_tokens.contains(&id)) {
+    if !forced && ((id == eos && !req.ignore_eos) || req.stop_tokens.contains(&id)) {
         return After::Remove(Outcome::Stop, Some(done(Finish::Stop, a.generated)));
     }
     let (logprob, top) = match req.logprobs {

@@ -119,6 +119,18 @@ impl LaneDraft {
     pub(super) fn won(&mut self) {
         self.backoff = BACKOFF;
     }
+
+    /// A new lane starts as far backed off as the host's last lane ended (`hint` plain steps), so losing drafts are not re-learned per request.
+    pub(super) fn learned(mut self, hint: u32) -> LaneDraft {
+        self.skip = hint;
+        self.backoff = (hint * 2).clamp(BACKOFF, MAX_BACKOFF);
+        self
+    }
+
+    /// The hint a new lane should start from after this lane's last window.
+    pub(super) fn hint(&self) -> u32 {
+        self.skip
+    }
 }
 
 #[cfg(test)]
@@ -147,5 +159,7 @@ mod tests {
         d.won();
         d.back_off();
         assert_eq!(d.skip, BACKOFF);
+        let next = LaneDraft::new(true).learned(32);
+        assert_eq!((next.skip, next.backoff), (32, 64), "a new lane starts where the last one left off");
     }
 }
