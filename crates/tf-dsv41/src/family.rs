@@ -7,6 +7,17 @@ use tf_family::Family;
 /// Read-ahead depth (chunks) and parts per chunk of a prompt's Engram rows; the shared reader pool grows to the parts (docs/engram-disk.md).
 const ENGRAM_AHEAD: (usize, usize) = (4, 64);
 
+/// Whether a model drafts: it has DSpark stages, and the stale-index-keys quirk (which verify windows refuse) is off.
+fn drafts(has_dspark: bool, opts: &crate::Options) -> bool {
+    has_dspark && !opts.quirks.stale_index_keys
+}
+
+/// The first `max` of a DSpark block's drafts, as the lane host takes them.
+fn first_drafts(d: crate::model::Drafts, max: usize) -> tf_family::Draft {
+    let n = max.min(d.tokens.len());
+    tf_family::Draft { tokens: d.tokens[..n].to_vec(), confidence: d.confidence[..n].to_vec() }
+}
+
 /// dsv41's read-ahead after a lane's n-gram history (`None`: a fresh lane's); only tables read from disk (`--engram-io mmap|direct`) are fetched, mapped ones are in memory.
 fn dsv41_prefetch<M: crate::plan::Backend>(
     m: &M,
@@ -102,16 +113,14 @@ impl Family for crate::Model {
     }
 
     fn drafts(&self) -> bool {
-        self.dspark.is_some() && !self.opts.quirks.stale_index_keys
+        drafts(self.dspark.is_some(), &self.opts)
     }
 
     fn draft(&self, lane: &mut Self::Lane, next: u32, max: usize) -> Result<Option<tf_family::Draft>, Error> {
         if !Family::drafts(self) || max == 0 {
             return Ok(None);
         }
-        let d = crate::Model::draft(self, lane, next)?;
-        let n = max.min(d.tokens.len());
-        Ok(Some(tf_family::Draft { tokens: d.tokens[..n].to_vec(), confidence: d.confidence[..n].to_vec() }))
+        Ok(Some(first_drafts(crate::Model::draft(self, lane, next)?, max)))
     }
 
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
@@ -158,16 +167,14 @@ impl Family for crate::cuda::GpuModel {
     }
 
     fn drafts(&self) -> bool {
-        self.dspark.is_some() && !self.opts.quirks.stale_index_keys
+        drafts(self.dspark.is_some(), &self.opts)
     }
 
     fn draft(&self, lane: &mut Self::Lane, next: u32, max: usize) -> Result<Option<tf_family::Draft>, Error> {
         if !Family::drafts(self) || max == 0 {
             return Ok(None);
         }
-        let d = crate::cuda::GpuModel::draft(self, lane, next)?;
-        let n = max.min(d.tokens.len());
-        Ok(Some(tf_family::Draft { tokens: d.tokens[..n].to_vec(), confidence: d.confidence[..n].to_vec() }))
+        Ok(Some(first_drafts(crate::cuda::GpuModel::draft(self, lane, next)?, max)))
     }
 
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
@@ -222,9 +229,7 @@ impl Family for crate::tp::lockstep::Leader {
         if !self.drafts() || max == 0 {
             return Ok(None);
         }
-        let d = crate::tp::lockstep::Leader::draft(self, lane, next)?;
-        let n = max.min(d.tokens.len());
-        Ok(Some(tf_family::Draft { tokens: d.tokens[..n].to_vec(), confidence: d.confidence[..n].to_vec() }))
+        Ok(Some(first_drafts(crate::tp::lockstep::Leader::draft(self, lane, next)?, max)))
     }
 
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {

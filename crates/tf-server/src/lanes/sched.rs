@@ -307,15 +307,10 @@ impl<F: Family> Scheduler<F> {
     /// One verify window `[next, d1 .. dk]` on lane `i`, or `None` where this step decodes plainly.
     fn draft_step(&mut self, i: usize) -> Option<After> {
         let fixed = self.limits.draft_len;
-        let costs = match &self.costs {
-            _ if fixed.is_some() => None,
-            Some(c) => c.clone(),
-            None => {
-                let c = Costs::measure(&self.family);
-                self.costs = Some(c.clone());
-                c
-            }
-        };
+        if fixed.is_none() && self.costs.is_none() {
+            self.costs = Some(Costs::measure(&self.family));
+        }
+        let costs = if fixed.is_some() { None } else { self.costs.as_ref().and_then(Option::as_ref) };
         let (family, metrics, a) = (&self.family, &self.metrics, &mut self.active[i]);
         if fixed.is_none() && costs.is_none() {
             a.draft.on = false;
