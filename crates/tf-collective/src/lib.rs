@@ -3,10 +3,12 @@
 mod error;
 mod in_process;
 mod op;
+pub mod profile;
 mod tcp;
 
 pub use error::CommError;
 pub use in_process::InProcessComm;
+pub use profile::Profiled;
 pub use tcp::TcpComm;
 
 /// One rank's handle on a group; every rank must issue the same collectives in the same order.

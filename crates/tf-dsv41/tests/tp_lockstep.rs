@@ -1,4 +1,4 @@
-//! Tensor parallel by expert parallelism in lockstep (issue 25): TP2/3/4/8 equal TP1 and the plain model bit for bit; failures never hang.
+//! Tensor parallel in lockstep (issue 25), experts and attention heads split: TP2/3/4/8 equal TP1 and the plain model bit for bit; failures never hang.
 
 mod common;
 
@@ -58,15 +58,20 @@ fn script<F: Family>(f: &F, vocab: u32, len: usize) -> Vec<Vec<f32>> {
     rows
 }
 
-fn check(d: &Path, worlds: &[usize]) {
+fn check(d: &Path, worlds: &[usize], split_heads: bool) {
     let kind = d.display();
     let plain = Model::load(d, Options::default()).unwrap();
     let vocab = plain.cfg.vocab_size as u32;
     let want: Vec<Vec<Vec<f32>>> = [1, 40, 150].iter().map(|&n| script(&plain, vocab, n)).collect();
     for &world in worlds {
-        let (leader, followers) = spawn(d, Options::default(), world, Duration::from_secs(60)).unwrap();
+        let opts = Options { split_heads, ..Options::default() };
+        let (leader, followers) = spawn(d, opts, world, Duration::from_secs(60)).unwrap();
         for (i, &n) in [1, 40, 150].iter().enumerate() {
-            assert!(script(&leader, vocab, n) == want[i], "{kind} TP{world}, prompt {n}: logits differ from one rank");
+            let what = if split_heads { "heads and experts" } else { "experts" };
+            assert!(
+                script(&leader, vocab, n) == want[i],
+                "{kind} TP{world} ({what}), prompt {n}: logits differ from one rank"
+            );
         }
         drop(leader);
         for f in followers {
@@ -77,13 +82,28 @@ fn check(d: &Path, worlds: &[usize]) {
 
 #[test]
 fn tiny_tp_equals_one_rank_bit_for_bit() {
-    check(dir(TinyKind::Tiny), &[1, 2, 3, 4, 8]);
-    check(tiny_top4(), &[2, 3, 8]);
+    check(dir(TinyKind::Tiny), &[1, 2, 3, 4, 8], false);
+    check(tiny_top4(), &[2, 3, 8], false);
+}
+
+/// Heads split in whole `wo_a` groups (tiny has 2: worlds 3 and 8 leave ranks without heads) and `wo_b` by 32-row tiles.
+#[test]
+fn tiny_tp_with_split_heads_equals_one_rank_bit_for_bit() {
+    let whole = Model::load(dir(TinyKind::Tiny), Options::default()).unwrap();
+    let opts = Options { ep: Some((1, 2)), split_heads: true, ..Options::default() };
+    let half = Model::load(dir(TinyKind::Tiny), opts).unwrap();
+    let (a, b) = (&whole.blocks[0].attn, &half.blocks[0].attn);
+    assert_eq!(b.sink.len() * 2, a.sink.len(), "rank 1 of 2 holds half the heads");
+    assert_eq!(b.wq_b.out_features() * 2, a.wq_b.out_features());
+    assert!(b.wo_b.out_features() < a.wo_b.out_features() && b.wo_a.len() * 2 == a.wo_a.len());
+    check(dir(TinyKind::Tiny), &[1, 2, 3, 8], true);
+    check(tiny_top4(), &[4], true);
 }
 
 #[test]
 fn small_tp_equals_one_rank_bit_for_bit() {
-    check(dir(TinyKind::Small), &[2, 3]);
+    check(dir(TinyKind::Small), &[2], false);
+    check(dir(TinyKind::Small), &[3], true);
 }
 
 #[test]

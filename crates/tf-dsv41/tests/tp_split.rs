@@ -27,7 +27,7 @@ fn every_split_tensor_is_tiled_exactly_by_its_ranks() {
     for (name, cfg) in configs() {
         let ps = params(&cfg);
         for world in 1..=8 {
-            for experts in [ExpertSplit::Width, ExpertSplit::Whole] {
+            for experts in [ExpertSplit::Width, ExpertSplit::Whole, ExpertSplit::ExpertsAndHeads] {
                 for p in &ps {
                     let parts: Vec<Part> = (0..world).map(|r| part(&cfg, world, r, experts, p)).collect();
                     let bytes: usize = parts.iter().map(|pt| part_bytes(p, pt)).sum();
@@ -64,7 +64,12 @@ fn attention_heads_split_and_small_tensors_stay_whole() {
     let ps = params(&cfg);
     let get = |n: &str| ps.iter().find(|p| p.name == n).unwrap();
     assert_eq!(part(&cfg, 3, 0, ExpertSplit::Width, get("layers.5.attn.wq_b.weight")), Part::Rows(0..16 * 512));
-    assert_eq!(part(&cfg, 3, 2, ExpertSplit::Width, get("layers.5.attn.wo_b.weight")), Part::Cols(5 * 1024..8 * 1024));
+    assert_eq!(part(&cfg, 3, 2, ExpertSplit::Width, get("layers.5.attn.wo_b.weight")), Part::Rows(106 * 32..5120));
+    let lockstep = |n: &str| part(&cfg, 3, 2, ExpertSplit::ExpertsAndHeads, get(n));
+    assert_eq!(lockstep("layers.5.attn.wq_b.weight"), Part::Rows(40 * 512..64 * 512), "`tf serve --tp 3` splits heads");
+    assert_eq!(lockstep("mtp.0.attn.wq_b.weight"), Part::Whole, "DSpark stages draft on rank 0 alone");
+    assert_eq!(lockstep("layers.5.attn.wkv.weight"), Part::Whole);
+    assert_eq!(lockstep("head.weight"), Part::Whole);
     assert_eq!(part(&cfg, 4, 1, ExpertSplit::Width, get("layers.5.attn.wkv.weight")), Part::Whole);
     assert_eq!(part(&cfg, 4, 1, ExpertSplit::Width, get("layers.5.ffn.gate.weight")), Part::Whole);
     let w2 = part(&cfg, 8, 7, ExpertSplit::Width, get("layers.5.ffn.experts.17.w2.weight"));

@@ -23,6 +23,11 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Per-GPU memory of a tensor-parallel split and the longest context that fits
     Plan(crate::plan::PlanArgs),
+    /// Per-collective summary of the files `tf serve --tp-profile DIR` wrote (calls, bytes, time in op, skew between ranks)
+    TpProfile {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 /// How a checkpoint loads: shared by `serve` and `generate`.
@@ -108,6 +113,15 @@ pub enum PrefillExperts {
     Mxfp4,
 }
 
+/// What `--tp` splits over its ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TpSplitArg {
+    /// Routed experts and attention heads (whole `wo_a` groups, `wo_b` by rows)
+    Heads,
+    /// Routed experts only; attention whole on every rank
+    Experts,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AdmissionArg {
     Fifo,
@@ -143,7 +157,7 @@ pub struct ServeArgs {
     /// Record each decode step as a CUDA graph (same bits; needs --device cuda)
     #[arg(long)]
     pub cuda_graphs: bool,
-    /// Tensor parallel over N ranks on this host (CPU, one thread each; routed experts split, replies equal one rank's bit for bit)
+    /// Tensor parallel over N ranks on this host (CPU, one thread each; experts and heads split, replies equal one rank's bit for bit)
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub tp: u16,
     /// Ranks as processes (this host or others) meeting at rank 0's HOST:PORT over TCP, instead of threads
@@ -152,6 +166,12 @@ pub struct ServeArgs {
     /// This process's rank with --tp-addr: 0 serves HTTP, the others follow it (default 0)
     #[arg(long, value_name = "R", default_value_t = 0)]
     pub tp_rank: u16,
+    /// What --tp splits: experts and attention heads, or experts alone
+    #[arg(long, value_enum, default_value = "heads")]
+    pub tp_split: TpSplitArg,
+    /// Each rank writes every collective's ready and end times to DIR/rank-<r>.jsonl (read them with `tf tp-profile DIR`)
+    #[arg(long, value_name = "DIR")]
+    pub tp_profile: Option<PathBuf>,
     /// Longest wait of any tensor-parallel collective; past it lockstep is lost and the server exits 70
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub tp_deadline_ms: u64,
@@ -294,6 +314,8 @@ impl ServeArgs {
             cuda_graphs: self.cuda_graphs,
             tp: usize::from(self.tp),
             tp_deadline_ms: self.tp_deadline_ms,
+            tp_split_heads: self.tp_split == TpSplitArg::Heads,
+            tp_profile: self.tp_profile,
             tp_addr: self.tp_addr,
             tp_rank: usize::from(self.tp_rank),
         })

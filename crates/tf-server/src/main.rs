@@ -1,4 +1,4 @@
-//! The `tf` command: `serve` (the OpenAI-compatible server), `generate` (greedy text), `inspect` (a checkpoint's tensors), `plan` (TP memory).
+//! The `tf` command: `serve` (the OpenAI-compatible server), `generate` (greedy text), `inspect` (a checkpoint's tensors), `plan` (TP memory), `tp-profile` (collective timings).
 
 use clap::Parser;
 use std::io::{IsTerminal, Write};
@@ -20,6 +20,20 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("tf plan: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::TpProfile { dir } => match tf_collective::profile::read_dir(&dir) {
+            Ok(ranks) if !ranks.is_empty() => {
+                print!("{}", tf_collective::profile::summarize(&ranks));
+                ExitCode::SUCCESS
+            }
+            Ok(_) => {
+                eprintln!("tf tp-profile: no rank-0.jsonl in {}", dir.display());
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("tf tp-profile {}: {e}", dir.display());
                 ExitCode::FAILURE
             }
         },

@@ -21,8 +21,8 @@ pub struct PlanArgs {
     /// Bits per weight of an EXL3 quant
     #[arg(long, value_name = "BITS", default_value_t = 2.9)]
     pub bpw: f64,
-    /// Routed experts split by intermediate width, or whole experts per rank; `ep`: what `tf serve --tp` runs today (only the experts split)
-    #[arg(long, default_value = "width", value_parser = ["width", "whole", "ep"])]
+    /// Routed experts split by intermediate width, or whole experts per rank; `ep-heads` and `ep`: what `tf serve --tp` runs by default and with `--tp-split experts`
+    #[arg(long, default_value = "width", value_parser = ["width", "whole", "ep-heads", "ep"])]
     pub experts: String,
     /// Rows of a prefill chunk (the server's --prefill-chunk)
     #[arg(long, value_name = "N", default_value_t = 2048)]
@@ -53,6 +53,7 @@ pub fn run(a: &PlanArgs) -> Result<String, String> {
     let experts = match a.experts.as_str() {
         "whole" => ExpertSplit::Whole,
         "ep" => ExpertSplit::ExpertsOnly,
+        "ep-heads" => ExpertSplit::ExpertsAndHeads,
         _ => ExpertSplit::Width,
     };
     let lim = Limits {

@@ -30,9 +30,10 @@ fn tp_lane_hosts_with_drafts_equal_one_plain_rank() {
         let model = tf_server::lanes::load_dsv41(tiny(), tf_dsv41::Options::default()).unwrap();
         together(&LaneHost::spawn(model, Limits { draft: false, ..Limits::default() }))
     };
-    for world in [2, 3] {
-        let (leader, _followers) =
-            tf_dsv41::tp::spawn(tiny(), tf_dsv41::Options::default(), world, Duration::from_secs(60)).unwrap();
+    // TP2 splits the experts alone, TP3 the heads too (as `tf serve --tp` does by default).
+    for (world, split_heads) in [(2, false), (3, true)] {
+        let opts = tf_dsv41::Options { split_heads, ..tf_dsv41::Options::default() };
+        let (leader, _followers) = tf_dsv41::tp::spawn(tiny(), opts, world, Duration::from_secs(60)).unwrap();
         let h = LaneHost::spawn(leader, Limits { draft_len: Some(3), ..Limits::default() });
         let got = together(&h);
         assert!(h.metrics().drafting().0 > 0, "TP{world} drafted");
@@ -44,12 +45,23 @@ fn tp_lane_hosts_with_drafts_equal_one_plain_rank() {
 
 #[test]
 fn tf_serve_tp2_answers_as_one_rank_does() {
-    let tp = start_with(ServeConfig { tp: 2, ..ServeConfig::default() });
+    let profile = tempfile::tempdir().unwrap();
+    let tp = start_with(ServeConfig { tp: 2, tp_profile: Some(profile.path().into()), ..ServeConfig::default() });
     let body = chat_body(json!({"max_tokens": 12, "logprobs": true, "top_logprobs": 2}));
     let (s1, one) = post(server(), "/v1/chat/completions", &body);
     let (s2, two) = post(&tp, "/v1/chat/completions", &body);
     assert_eq!((s1, s2), (200, 200), "{two}");
     assert_eq!(one["choices"], two["choices"]);
+    // --tp-profile: both ranks logged the same gathers (frames, expert outputs, split heads) in the same order.
+    let ranks = tf_collective::profile::read_dir(profile.path()).unwrap();
+    assert_eq!(ranks.len(), 2);
+    let n = ranks[0].len().min(ranks[1].len());
+    let ops = |r: usize| ranks[r][..n].iter().map(|x| x.op.as_str()).collect::<Vec<_>>();
+    assert!(ops(0).iter().filter(|o| **o == "all_gather").count() > 12, "{:?}", ops(0));
+    assert_eq!(ops(0), ops(1));
+    assert!(ranks[0].iter().all(|x| x.ok && x.ready_us <= x.end_us && x.seq < ranks[0].len() as u64));
+    let summary = tf_collective::profile::summarize(&ranks);
+    assert!(summary.contains("all_gather") && summary.starts_with("2 ranks"), "{summary}");
 }
 
 /// A free loopback port.

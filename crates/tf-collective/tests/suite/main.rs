@@ -1,4 +1,5 @@
 mod all_reduce;
 mod failures;
 mod harness;
+mod profile;
 mod shapes;

@@ -296,6 +296,17 @@ impl Fp8Weight {
         self.inp
     }
 
+    /// Output rows `start..start+count` (whole 32-row scale tiles unless they end the weight), sharing the buffers.
+    pub fn narrow_rows(&self, start: usize, count: usize) -> Result<Fp8Weight> {
+        let end = start.checked_add(count).filter(|&e| e <= self.out);
+        if !start.is_multiple_of(QBLOCK) || end.is_none_or(|e| !e.is_multiple_of(QBLOCK) && e != self.out) {
+            return Err(Error::Invalid(format!("fp8 rows {start}+{count} of {} cut a 32-row scale tile", self.out)));
+        }
+        let tiles = (start + count).div_ceil(QBLOCK) - start / QBLOCK;
+        let scale = self.scale.narrow0(start / QBLOCK, tiles)?;
+        Ok(Fp8Weight { out: count, inp: self.inp, weight: self.weight.narrow0(start, count)?, scale })
+    }
+
     /// The E4M3 codes `[out, in]` and E8M0 tile scales `[⌈out/32⌉, in/32]` as stored, for uploads.
     pub fn raw(&self) -> (&[u8], &[u8]) {
         (self.weight.bytes(), self.scale.bytes())

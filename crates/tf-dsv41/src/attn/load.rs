@@ -56,6 +56,8 @@ pub struct AttnWeights {
     pub compressor: Option<Compressor>,
     pub index_keys: Option<IndexKeys>,
     pub indexer: Option<Indexer>,
+    /// This rank's share of the heads under tensor parallel (`split_heads`); `None`: every head.
+    pub split: Option<super::HeadSplit>,
 }
 
 /// A plain linear `{name}.weight`, or the effective weight of an EXL3 `{name}.trellis`.
@@ -151,6 +153,7 @@ impl AttnWeights {
             compressor,
             index_keys,
             indexer,
+            split: None,
         })
     }
 }

@@ -5,10 +5,12 @@ mod draft;
 mod index;
 mod load;
 pub mod sparse;
+mod split;
 
 pub use compress::pool;
 pub use index::{Shared, apply_candidates, candidate_mask, head_weights, index_score, top_k, visible_groups};
 pub use load::{AttnWeights, Compressor, IndexKeys, Indexer};
+pub use split::HeadSplit;
 
 use crate::config::{AttnMode, LayerRole};
 use crate::linear::{Norm, rms_norm_rows};
@@ -54,11 +56,12 @@ impl AttnWeights {
             return self.forward_draft(x, pos0, &st.windows[role.layer], rope, call.norm);
         }
         let rows = x.len() / self.wq_a.in_features();
-        let (heads, d) = (self.n_heads, self.head_dim);
+        // Under a head split the sinks hold this rank's heads only.
+        let (heads, d) = (self.sink.len(), self.head_dim);
         let xq = QuantActs::new(x, rows, self.wq_a.in_features());
         let qr = rms_norm_rows(&self.wq_a.forward_acts(x, &xq), &self.q_norm, call.norm);
-        let mut q = self.wq_b.forward(&qr, rows);
-        for (r, row) in q.chunks_exact_mut(heads * d).enumerate() {
+        let mut q = self.local_q(self.wq_b.forward(&qr, rows), rows);
+        for (r, row) in q.chunks_exact_mut((heads * d).max(1)).enumerate() {
             row.chunks_exact_mut(d).for_each(|h| rope_bf16(h, rope, pos0 + r, false));
         }
         let mut kv = rms_norm_rows(&self.wkv.forward_acts(x, &xq), &self.kv_norm, call.norm);
@@ -96,7 +99,7 @@ impl AttnWeights {
         for r in rows.saturating_sub(w)..rows {
             st.windows[role.layer].put(pos0 + r, kv[r * d..(r + 1) * d].to_vec());
         }
-        self.wo_b.forward(&self.grouped_out(&o, rows), rows)
+        self.output(self.grouped_out(&o, rows), rows)
     }
 
     /// Each row's compressed groups: selected here (index sources), reused, or none for window-only layers.
@@ -136,11 +139,11 @@ impl AttnWeights {
         Some(sel)
     }
 
-    /// `wo_a` block-diagonal over groups (each group projects only its heads), bf16 out.
+    /// `wo_a` block-diagonal over this rank's groups (each group projects only its heads), bf16 out.
     fn grouped_out(&self, o: &[bf16], rows: usize) -> Vec<bf16> {
-        let g = self.o_groups;
-        let gin = self.n_heads * self.head_dim / g;
+        let gin = self.n_heads * self.head_dim / self.o_groups;
         let rank = self.o_lora_rank;
+        let g = self.wo_a.len() / (rank * gin);
         let mut u = vec![bf16::ZERO; rows * g * rank];
         for r in 0..rows {
             for gi in 0..g {

@@ -100,6 +100,10 @@ impl GpuModel {
 
     /// Uploads `cpu`'s weights and keeps only its Engram hasher and tables; the host model is dropped.
     pub fn from_cpu(mut cpu: Model, gpu: &'static Gpu) -> Result<GpuModel, Error> {
+        if cpu.opts.ep.is_some() {
+            let what = "tensor parallel runs on the CPU only until the NCCL ranks exist".to_string();
+            return Err(Error::Launch { op: "uploading a tensor-parallel rank", what });
+        }
         let gemv = if cpu.opts.exl3_fast { Exl3Kernels::Fast } else { Exl3Kernels::Exact };
         let kernels = Exl3Run { kernels: gemv, prompt_rows: cpu.opts.exl3_prompt_gemm };
         let blocks = cpu.blocks.iter().map(|b| GBlock::upload(gpu, b, kernels)).collect::<Result<Vec<_>, _>>()?;

@@ -43,6 +43,10 @@ pub struct Options {
     pub exl3_prompt_gemm: Option<usize>,
     /// Expert parallel `(rank, world)`: this rank holds only its share of each backbone layer's routed experts (`tp::partition`).
     pub ep: Option<(usize, usize)>,
+    /// With `ep`: each backbone layer's attention heads (whole `wo_a` groups) and `wo_b` rows split over the same ranks.
+    pub split_heads: bool,
+    /// With `ep`: each rank writes every collective's ready and end times to `rank-<r>.jsonl` here (`tf_collective::Profiled`).
+    pub tp_profile: Option<&'static Path>,
 }
 
 /// Which layers get MXFP4 prefill experts and which calls use them (TensorFold's TF_DS_PREFILL_MXFP4_LAYERS and MXFP4_MIN_ROWS).
@@ -83,6 +87,8 @@ impl Default for Options {
             exl3_fast: false,
             exl3_prompt_gemm: None,
             ep: None,
+            split_heads: false,
+            tp_profile: None,
         }
     }
 }
@@ -174,6 +180,11 @@ impl Model {
             .iter()
             .map(|r| Block::load(ck, &cfg, r, cols, engram, opts.ep))
             .collect::<Result<Vec<_>>>()?;
+        if let (Some((rank, world)), true) = (opts.ep, opts.split_heads) {
+            for b in &mut blocks {
+                b.attn.split_heads(rank, world, &format!("layers.{}.", b.role.layer))?;
+            }
+        }
         if let Some(p) = opts.prefill_mxfp4 {
             for b in blocks.iter_mut().take(p.layers.min(cfg.n_layers / 2)) {
                 if !b.ffn.add_mxfp4_prefill(p.min_rows)? {

@@ -68,3 +68,29 @@ pub fn gather_experts(
     }
     out
 }
+
+/// Every row whole again from each rank's column share: rank `r` holds columns `parts[r]` (in units of `unit`) of all `rows`.
+pub fn gather_cols(
+    comm: &SharedComm,
+    local: &[bf16],
+    rows: usize,
+    parts: &[std::ops::Range<usize>],
+    unit: usize,
+) -> Vec<bf16> {
+    let max = parts.iter().map(|p| p.len()).max().unwrap_or(0) * unit * rows;
+    let width = parts.last().map_or(0, |p| p.end) * unit;
+    let mut send: Vec<f32> = local.iter().map(|v| v.to_f32()).collect();
+    send.resize(max, 0.0);
+    let mut all = vec![0.0f32; max * parts.len()];
+    comm.with(|c| c.all_gather(&send, &mut all))
+        .unwrap_or_else(|e| panic!("tensor parallel: gathering attention outputs failed: {e}"));
+    let mut out = vec![bf16::ZERO; rows * width];
+    for (r, part) in parts.iter().enumerate() {
+        let n = part.len() * unit;
+        for (row, src) in all[r * max..r * max + rows * n].chunks_exact(n.max(1)).take(rows).enumerate() {
+            let dst = &mut out[row * width + part.start * unit..row * width + part.end * unit];
+            dst.iter_mut().zip(src).for_each(|(d, &s)| *d = to_bf16(s));
+        }
+    }
+    out
+}

@@ -17,6 +17,9 @@ impl Model {
         if self.opts.ep.is_some() {
             for b in &mut self.blocks {
                 b.ffn.ep = Some(comm.clone());
+                if let Some(s) = &mut b.attn.split {
+                    s.comm = Some(comm.clone());
+                }
             }
         }
     }
@@ -25,6 +28,13 @@ impl Model {
 /// Loads rank `rank` of `world` from `dir` (its share of the routed experts) on `comm`.
 pub fn load_rank(dir: &Path, opts: Options, comm: Box<dyn tf_collective::Comm>) -> Result<(Model, SharedComm), Error> {
     let (rank, world) = (comm.rank(), comm.world_size());
+    let comm = match opts.tp_profile {
+        Some(dir) => Box::new(
+            tf_collective::Profiled::new(comm, dir)
+                .map_err(|e| Error::Refused(format!("--tp-profile {}: {e}", dir.display())))?,
+        ),
+        None => comm,
+    };
     let comm = SharedComm::new(comm);
     let mut model = crate::family::load_dsv41(dir, Options { ep: Some((rank, world)), ..opts })?;
     model.attach_comm(&comm);

@@ -6,7 +6,7 @@ mod local;
 pub mod lockstep;
 
 pub use budget::{Budget, Limits, WeightFormat, budget};
-pub use ep::{SharedComm, gather_experts};
+pub use ep::{SharedComm, gather_cols, gather_experts};
 pub use local::{Follower, load_rank, spawn};
 
 use crate::Config;
@@ -24,8 +24,10 @@ pub enum ExpertSplit {
     Width,
     /// Whole experts per rank (expert parallel).
     Whole,
-    /// What `tf serve --tp` runs today: the backbone's routed experts whole per rank, every other parameter whole on every rank.
+    /// `tf serve --tp --tp-split experts`: the backbone's routed experts whole per rank, every other parameter whole on every rank.
     ExpertsOnly,
+    /// What `tf serve --tp` runs by default: `ExpertsOnly` plus the backbone's attention heads, `wo_a` groups and `wo_b` rows split.
+    ExpertsAndHeads,
 }
 
 /// The part of one parameter a rank holds.
@@ -64,10 +66,22 @@ pub fn head_ranges(cfg: &Config, world: usize) -> Vec<Range<usize>> {
     partition(cfg.o_groups, world).iter().map(|g| scaled(g, per_group)).collect()
 }
 
+/// `wo_b` output rows per rank, in whole 32-row scale tiles (the last part ends at `n`).
+pub fn out_rows(n: usize, world: usize) -> Vec<Range<usize>> {
+    partition(n.div_ceil(SCALE_BLOCK), world)
+        .into_iter()
+        .map(|p| (p.start * SCALE_BLOCK).min(n)..(p.end * SCALE_BLOCK).min(n))
+        .collect()
+}
+
 /// The part of `p` that rank `rank` of `world` holds.
 pub fn part(cfg: &Config, world: usize, rank: usize, experts: ExpertSplit, p: &Param) -> Part {
     let name = p.name.as_str();
-    if experts == ExpertSplit::ExpertsOnly {
+    if experts == ExpertSplit::ExpertsAndHeads && name.starts_with("layers.") && name.contains(".attn.") {
+        let split = part(cfg, world, rank, ExpertSplit::Whole, p);
+        return if name.contains(".attn.w") || name.ends_with(".attn.attn_sink") { split } else { Part::Whole };
+    }
+    if matches!(experts, ExpertSplit::ExpertsOnly | ExpertSplit::ExpertsAndHeads) {
         let (n_experts, _) = cfg.moe_config(layer_of(cfg, name));
         let id =
             name.split(".ffn.experts.").nth(1).and_then(|t| t.split('.').next()).and_then(|s| s.parse::<usize>().ok());
@@ -88,7 +102,7 @@ pub fn part(cfg: &Config, world: usize, rank: usize, experts: ExpertSplit, p: &P
         "attn.wq_b.weight" => Part::Rows(scaled(heads, cfg.head_dim)),
         "attn.attn_sink" => Part::Rows(heads.clone()),
         "attn.wo_a.weight" => Part::Rows(scaled(groups, cfg.o_lora_rank)),
-        "attn.wo_b.weight" => Part::Cols(scaled(groups, cfg.o_lora_rank)),
+        "attn.wo_b.weight" => Part::Rows(out_rows(cfg.dim, world)[rank].clone()),
         "ffn.shared_experts.w1.weight" | "ffn.shared_experts.w3.weight" => Part::Rows(width()),
         "ffn.shared_experts.w2.weight" => Part::Cols(width()),
         "embed.weight" | "head.weight" | "markov_head.embed.weight" | "markov_head.head.weight" => rows(cfg.vocab_size),
@@ -104,7 +118,7 @@ pub fn part(cfg: &Config, world: usize, rank: usize, experts: ExpertSplit, p: &P
                 ExpertSplit::Whole => Part::None,
                 ExpertSplit::Width if e.ends_with(".w2.weight") => Part::Cols(width()),
                 ExpertSplit::Width => Part::Rows(width()),
-                ExpertSplit::ExpertsOnly => unreachable!("returned above"),
+                ExpertSplit::ExpertsOnly | ExpertSplit::ExpertsAndHeads => unreachable!("returned above"),
             }
         }
         _ => Part::Whole,

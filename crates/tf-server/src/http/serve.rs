@@ -33,8 +33,12 @@ pub struct ServeConfig {
     pub prefill_mxfp4: Option<tf_dsv41::PrefillMxfp4>,
     /// `--cuda-graphs`: each decode step recorded and launched as one CUDA graph (same bits; off, as it measured no faster).
     pub cuda_graphs: bool,
-    /// `--tp N`: N ranks on this host, one thread each, routed experts split between them (1: no tensor parallel).
+    /// `--tp N`: N ranks on this host, one thread each, routed experts (and heads, `tp_split_heads`) split between them (1: no tensor parallel).
     pub tp: usize,
+    /// `--tp-split heads` (the default): attention heads split over the ranks too, not only the routed experts.
+    pub tp_split_heads: bool,
+    /// `--tp-profile DIR`: per-collective timings of every rank, one JSON line each.
+    pub tp_profile: Option<PathBuf>,
     /// `--tp-deadline-ms`: longest wait of any collective before lockstep counts as lost (the server then exits 70).
     pub tp_deadline_ms: u64,
     /// `--tp-addr HOST:PORT`: ranks are processes (this host or others) meeting at rank 0's address over TCP; `None`: threads.
@@ -54,6 +58,8 @@ impl ServeConfig {
             exl3_fast: self.exl3_fast,
             exl3_prompt_gemm: self.exl3_prompt_gemm,
             prefill_mxfp4: self.prefill_mxfp4,
+            split_heads: self.tp_split_heads,
+            tp_profile: self.tp_profile.as_deref().map(|d| &*Box::leak(d.to_path_buf().into_boxed_path())),
             ..tf_dsv41::Options::default()
         }
         .with_engram_from(self.engram_from.as_deref())
@@ -102,6 +108,8 @@ impl Default for ServeConfig {
             prefill_mxfp4: None,
             cuda_graphs: false,
             tp: 1,
+            tp_split_heads: true,
+            tp_profile: None,
             tp_deadline_ms: 30_000,
             tp_addr: None,
             tp_rank: 0,
