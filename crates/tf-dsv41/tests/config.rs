@@ -115,3 +115,14 @@ fn yarn_table_follows_the_formula() {
         assert!((a - b).abs() < 1e-4);
     }
 }
+
+#[test]
+fn the_flash_shaped_bench_configs_validate_with_and_without_dspark() {
+    let plain = tf_dsv41::cuda::flash_config(8).unwrap();
+    assert_eq!(plain.total_layers(), 8);
+    let ds = tf_dsv41::cuda::flash_config_dspark(8).unwrap();
+    assert_eq!((ds.total_layers(), ds.dspark_target_layer_ids.clone()), (11, vec![5, 6, 7]));
+    let roles = tf_dsv41::config::roles(&ds);
+    assert!(roles[8..].iter().all(|r| r.is_dspark && !r.is_kv_source) && !roles[7].is_dspark);
+    assert_eq!(ds.moe_config(9), (128, 3), "stages route as V4.1-Flash's do");
+}

@@ -44,6 +44,26 @@ impl GDSpark {
     }
 }
 
+impl GDSpark {
+    /// Random heads around synthetic stages for flash-shaped benches; the host-side Markov table and confidence head come from `seed`.
+    pub(crate) fn synthetic(
+        stages: Vec<GBlock>,
+        main_proj: Lin8,
+        (main_norm, norm): (Buf, Buf),
+        markov_head: Mat,
+        cfg: &crate::Config,
+        seed: u64,
+    ) -> GDSpark {
+        let (rank, dim) = (cfg.dspark_markov_rank, cfg.dim);
+        let mut rng = tf_core::rng::SplitMix64::new(seed);
+        let mut uniform = |a: f32| ((rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a;
+        let markov_embed = (0..cfg.vocab_size * rank).map(|_| tf_core::formats::to_bf16(uniform(1.0))).collect();
+        let a = (3.0 / (dim + rank) as f32).sqrt();
+        let confidence = Dense { out: 1, inp: dim + rank, w: (0..dim + rank).map(|_| uniform(a)).collect() };
+        GDSpark { stages, main_proj, main_norm, norm, markov_embed, markov_head, confidence, rank }
+    }
+}
+
 impl GpuModel {
     /// The tap of `s`: a copy of its newest rows, as many as the rings keep.
     pub(crate) fn tap_rows(&self, s: &GStreams) -> Result<Option<GTap>, Error> {

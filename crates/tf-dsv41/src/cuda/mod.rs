@@ -21,4 +21,4 @@ pub use model::{GpuModel, open_gpu};
 #[cfg(feature = "testkit")]
 pub use probe::ProbeRow;
 #[cfg(feature = "testkit")]
-pub use synth::flash_config;
+pub use synth::{flash_config, flash_config_dspark};

@@ -44,6 +44,18 @@ pub fn flash_config(layers: usize) -> Result<Config, crate::config::ConfigError>
     Ok(cfg)
 }
 
+/// [`flash_config`] with V4.1-Flash's three DSpark stages (128 experts, 3 a token) tapping the last three layers, for the drafting bench.
+pub fn flash_config_dspark(layers: usize) -> Result<Config, crate::config::ConfigError> {
+    let base = flash_config(layers)?;
+    let flash = Config::v41_flash();
+    let mut compress_ratios = base.compress_ratios.clone();
+    compress_ratios.extend(std::iter::repeat_n(0, flash.n_mtp_layers));
+    let targets = (layers - 3..layers).collect();
+    let cfg = Config { n_mtp_layers: flash.n_mtp_layers, dspark_target_layer_ids: targets, compress_ratios, ..base };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
 /// Fills fresh device buffers with reproducible random values, one seed per buffer; `exl3`: linears and experts as EXL3 at that K.
 struct Gen {
     gpu: &'static Gpu,
@@ -168,7 +180,8 @@ impl GpuModel {
         let (ih, id, inter) = (cfg.index_n_heads, cfg.index_head_dim, cfg.moe_inter_dim);
         let sinter = inter * cfg.n_shared_experts;
         let mut blocks = Vec::with_capacity(cfg.n_layers);
-        for role in roles(&cfg).into_iter().take(cfg.n_layers) {
+        for role in roles(&cfg) {
+            let (experts, topk) = cfg.moe_config(role.layer);
             let compressor = if role.is_kv_source {
                 Some(GCompressor {
                     wkv: g.mat(d, dim, Sum::Lanes8)?,
@@ -197,14 +210,14 @@ impl GpuModel {
                 indexer,
             };
             let mut ffn = GMoe {
-                gate: g.mat(cfg.n_routed_experts, dim, Sum::Lanes8)?,
-                bias: g.uniform(cfg.n_routed_experts, -0.01, 0.01, false)?,
-                w1: g.experts(cfg.n_routed_experts, inter, dim)?,
-                w2: g.experts(cfg.n_routed_experts, dim, inter)?,
-                w3: g.experts(cfg.n_routed_experts, inter, dim)?,
+                gate: g.mat(experts, dim, Sum::Lanes8)?,
+                bias: g.uniform(experts, -0.01, 0.01, false)?,
+                w1: g.experts(experts, inter, dim)?,
+                w2: g.experts(experts, dim, inter)?,
+                w3: g.experts(experts, inter, dim)?,
                 shared: [g.lin8(sinter, dim)?, g.lin8(dim, sinter)?, g.lin8(sinter, dim)?],
                 prefill: None,
-                topk: cfg.n_activated_experts,
+                topk,
                 route_scale: cfg.route_scale,
                 norm_topk: cfg.norm_topk_prob,
                 limit: cfg.swiglu_limit,
@@ -214,6 +227,15 @@ impl GpuModel {
             let (hc_attn, hc_ffn) = (g.hc(&cfg)?, g.hc(&cfg)?);
             blocks.push(GBlock { role, attn, ffn, attn_norm, ffn_norm, hc_attn, hc_ffn, engram: None });
         }
+        let stages = blocks.split_off(cfg.n_layers);
+        let dspark = if stages.is_empty() {
+            None
+        } else {
+            let main_proj = g.lin8(dim, dim * cfg.dspark_target_layer_ids.len())?;
+            let norms = (g.norm(dim)?, g.norm(dim)?);
+            let markov_head = g.mat(cfg.vocab_size, cfg.dspark_markov_rank, Sum::Lanes8)?;
+            Some(super::dspark::GDSpark::synthetic(stages, main_proj, norms, markov_head, &cfg, g.next_seed()))
+        };
         let embed = g.uniform(cfg.vocab_size * dim, -1.0, 1.0, true)?;
         let norm = g.norm(dim)?;
         let head = g.mat(cfg.vocab_size, dim, Sum::Lanes8)?;
@@ -237,7 +259,7 @@ impl GpuModel {
             graphs: false,
             graph_warm: Default::default(),
             engram_staging: Default::default(),
-            dspark: None,
+            dspark,
         })
     }
 

@@ -1,6 +1,7 @@
 //! Speed of the dsv41 CUDA forward on flash-shaped layers, as ratios to floors measured in the same run.
 
 mod count;
+mod draft;
 mod ops;
 
 use count::{row_flops, step_bytes};
@@ -10,7 +11,7 @@ use std::time::Instant;
 use tf_core::rng::SplitMix64;
 use tf_cuda::timing::{copy_ms, median};
 use tf_dsv41::cuda::weights::Exl3Run;
-use tf_dsv41::cuda::{GpuLane, GpuModel, flash_config, open_gpu};
+use tf_dsv41::cuda::{GpuLane, GpuModel, flash_config, flash_config_dspark, open_gpu};
 use tf_exl3::exl3_mma::Exl3Kernels;
 
 /// Decode batches measured by default (`TF_BENCH_BATCHES=1,8` picks): rows of one call, as a verify window (no cross-lane batching yet).
@@ -66,7 +67,9 @@ fn run() -> Result<Value, String> {
         Value::Null
     };
     gpu.pool().release_free().map_err(fail)?;
-    let mut cfg = flash_config(layers).map_err(fail)?;
+    // TF_BENCH_DRAFT=1 adds V4.1-Flash's three DSpark stages and times drafting (draft.rs).
+    let drafting = env("TF_BENCH_DRAFT", 0) == 1;
+    let mut cfg = if drafting { flash_config_dspark(layers) } else { flash_config(layers) }.map_err(fail)?;
     // TF_BENCH_WIDE=1 times the tier-2 wide-sum switch (RMSNorm and mHC x² in 32 lanes).
     if env("TF_BENCH_WIDE", 0) == 1 {
         cfg.sums = tf_core::ops::SumOrder::Lanes32;
@@ -114,12 +117,13 @@ fn run() -> Result<Value, String> {
         "[bench] graphs: {} steps captured, {} updated an executable, {} instantiated",
         g.captured, g.updated, g.instantiated
     );
+    let drafts = if drafting { draft::draft_bench(&model, &base, &mut rng)? } else { Value::Null };
     let profile = profile(&model, &base, &mut rng)?;
     drop(base);
     let prefill = if prompt == 0 { Value::Null } else { prefill(&model, prompt, chunk, budget_s, &mut rng)? };
     let exl3 = json!({"k": env("TF_BENCH_EXL3", 0), "prompt_gemm_rows": env("TF_BENCH_EXL3_PROMPT", 0)});
     Ok(json!({"copy_gbps": gbps, "layers": layers, "exl3": exl3, "weights_bytes": all, "context": ctx,
-              "decode": decode, "profile": profile, "prefill": prefill, "ops": op_times}))
+              "decode": decode, "drafting": drafts, "profile": profile, "prefill": prefill, "ops": op_times}))
 }
 
 /// `b` rows per call on a fork of the context lane: route pass (untimed), two warm calls, then the median of STEPS.
