@@ -12,3 +12,9 @@ fi
 for z in gpu-carry/*.xz; do
   if [[ -f $z && ! -x ${z%.xz} ]]; then xz -dkf "$z" && chmod +x "${z%.xz}"; fi
 done
+# NCCL for the `nccl` check section: the loader's libnccl.so.2, else the one pip's nvidia-nccl or torch brought.
+if [[ -z ${TF_NCCL_LIB:-} ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  nccl="$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)"
+  [[ -f $nccl ]] || nccl="$(find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)"
+  if [[ -f $nccl ]]; then export TF_NCCL_LIB="$nccl"; fi
+fi

@@ -12,6 +12,8 @@ pub enum CommError {
     OpMismatch { detail: String },
     #[error("buffer lengths do not fit the collective: {detail}")]
     LengthMismatch { detail: String },
+    #[error("the transport failed ({detail}); the group is now unusable")]
+    Transport { detail: String },
     #[error("root {root} given by rank {rank} is out of range for world size {world}")]
     RootOutOfRange { rank: usize, root: usize, world: usize },
 }

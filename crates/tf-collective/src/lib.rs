@@ -2,12 +2,14 @@
 
 mod error;
 mod in_process;
+pub mod nccl;
 mod op;
 pub mod profile;
 mod tcp;
 
 pub use error::CommError;
 pub use in_process::InProcessComm;
+pub use nccl::NcclComm;
 pub use profile::Profiled;
 pub use tcp::TcpComm;
 

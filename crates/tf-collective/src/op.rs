@@ -1,4 +1,71 @@
-use crate::CommError;
+use crate::{Comm, CommError};
+use std::time::Duration;
+
+/// A transport that runs each collective as one round: every rank's contribution in, the combined payload (by [`combine`]) out.
+pub(crate) trait Rounds: Send {
+    fn rank(&self) -> usize;
+    fn world(&self) -> usize;
+    fn timeout(&self) -> Option<Duration>;
+    fn round(&self, op: Op, data: Payload, timeout: Option<Duration>) -> Result<Payload, CommError>;
+}
+
+impl<T: Rounds> Comm for T {
+    fn rank(&self) -> usize {
+        Rounds::rank(self)
+    }
+
+    fn world_size(&self) -> usize {
+        self.world()
+    }
+
+    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<(), CommError> {
+        let op = Op::new(Kind::AllReduceSum, buf.len(), buf.len());
+        let sum = self.round(op, Payload::floats(buf.to_vec()), self.timeout())?;
+        buf.copy_from_slice(&sum.floats);
+        Ok(())
+    }
+
+    fn all_gather(&self, input: &[f32], output: &mut [f32]) -> Result<(), CommError> {
+        let op = Op::new(Kind::AllGather, input.len(), output.len());
+        let all = self.round(op, Payload::floats(input.to_vec()), self.timeout())?;
+        output.copy_from_slice(&all.floats);
+        Ok(())
+    }
+
+    fn reduce_scatter_sum(&self, input: &[f32], output: &mut [f32]) -> Result<(), CommError> {
+        let op = Op::new(Kind::ReduceScatterSum, input.len(), output.len());
+        let sum = self.round(op, Payload::floats(input.to_vec()), self.timeout())?;
+        let start = Rounds::rank(self) * output.len();
+        output.copy_from_slice(&sum.floats[start..start + output.len()]);
+        Ok(())
+    }
+
+    fn broadcast(&self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
+        let data = Payload::floats(if Rounds::rank(self) == root { buf.to_vec() } else { Vec::new() });
+        let got = self.round(Op::rooted(Kind::Broadcast, buf.len(), root), data, self.timeout())?;
+        buf.copy_from_slice(&got.floats);
+        Ok(())
+    }
+
+    fn broadcast_bytes(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        let data = Payload::bytes(if Rounds::rank(self) == root { buf.clone() } else { Vec::new() });
+        *buf = self.round(Op::rooted(Kind::BroadcastBytes, 0, root), data, self.timeout())?.bytes;
+        Ok(())
+    }
+
+    fn broadcast_bytes_idle(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        let leader = Rounds::rank(self) == root;
+        let data = Payload::bytes(if leader { buf.clone() } else { Vec::new() });
+        // Followers wait for the leader's next step without a deadline.
+        let timeout = if leader { self.timeout() } else { None };
+        *buf = self.round(Op::rooted(Kind::BroadcastBytes, 0, root), data, timeout)?.bytes;
+        Ok(())
+    }
+
+    fn barrier(&self) -> Result<(), CommError> {
+        self.round(Op::new(Kind::Barrier, 0, 0), Payload::default(), self.timeout()).map(drop)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {

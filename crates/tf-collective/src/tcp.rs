@@ -1,7 +1,7 @@
 //! A group of processes over TCP in a ring: every collective passes each rank's contribution once around, then combines locally.
 
-use crate::op::{self, Contribution, Kind, Op, Payload};
-use crate::{Comm, CommError};
+use crate::CommError;
+use crate::op::{self, Contribution, Kind, Op, Payload, Rounds};
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
@@ -193,7 +193,7 @@ const KINDS: [Kind; 6] =
     [Kind::AllReduceSum, Kind::AllGather, Kind::ReduceScatterSum, Kind::Broadcast, Kind::BroadcastBytes, Kind::Barrier];
 
 /// A contribution on the wire: kind, lengths, root, then its floats (LE) and bytes, each length-prefixed.
-fn encode(c: &Contribution) -> Vec<u8> {
+pub(crate) fn encode(c: &Contribution) -> Vec<u8> {
     let mut out = vec![KINDS.iter().position(|&k| k == c.op.kind).expect("every kind is listed") as u8];
     for v in [c.op.input as u64, c.op.output as u64, c.op.root.map_or(u64::MAX, |r| r as u64)] {
         out.extend(v.to_le_bytes());
@@ -205,7 +205,7 @@ fn encode(c: &Contribution) -> Vec<u8> {
     out
 }
 
-fn decode(b: &[u8]) -> Result<Contribution, CommError> {
+pub(crate) fn decode(b: &[u8]) -> Result<Contribution, CommError> {
     let bad = || CommError::OpMismatch { detail: "a peer sent a message that does not parse".into() };
     let u64_at = |at: usize| b.get(at..at + 8).map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")));
     let kind = *KINDS.get(usize::from(*b.first().ok_or_else(bad)?)).ok_or_else(bad)?;
@@ -222,59 +222,20 @@ fn decode(b: &[u8]) -> Result<Contribution, CommError> {
     })
 }
 
-impl Comm for TcpComm {
+impl Rounds for TcpComm {
     fn rank(&self) -> usize {
         self.rank
     }
 
-    fn world_size(&self) -> usize {
+    fn world(&self) -> usize {
         self.world
     }
 
-    fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<(), CommError> {
-        let op = Op::new(Kind::AllReduceSum, buf.len(), buf.len());
-        let sum = self.collective(op, Payload::floats(buf.to_vec()), self.timeout)?;
-        buf.copy_from_slice(&sum.floats);
-        Ok(())
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
     }
 
-    fn all_gather(&self, input: &[f32], output: &mut [f32]) -> Result<(), CommError> {
-        let op = Op::new(Kind::AllGather, input.len(), output.len());
-        let all = self.collective(op, Payload::floats(input.to_vec()), self.timeout)?;
-        output.copy_from_slice(&all.floats);
-        Ok(())
-    }
-
-    fn reduce_scatter_sum(&self, input: &[f32], output: &mut [f32]) -> Result<(), CommError> {
-        let op = Op::new(Kind::ReduceScatterSum, input.len(), output.len());
-        let sum = self.collective(op, Payload::floats(input.to_vec()), self.timeout)?;
-        let start = self.rank * output.len();
-        output.copy_from_slice(&sum.floats[start..start + output.len()]);
-        Ok(())
-    }
-
-    fn broadcast(&self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
-        let data = Payload::floats(if self.rank == root { buf.to_vec() } else { Vec::new() });
-        let got = self.collective(Op::rooted(Kind::Broadcast, buf.len(), root), data, self.timeout)?;
-        buf.copy_from_slice(&got.floats);
-        Ok(())
-    }
-
-    fn broadcast_bytes(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
-        let data = Payload::bytes(if self.rank == root { buf.clone() } else { Vec::new() });
-        *buf = self.collective(Op::rooted(Kind::BroadcastBytes, 0, root), data, self.timeout)?.bytes;
-        Ok(())
-    }
-
-    fn broadcast_bytes_idle(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
-        let data = Payload::bytes(if self.rank == root { buf.clone() } else { Vec::new() });
-        // Followers wait for the leader's next step without a deadline.
-        let timeout = if self.rank == root { self.timeout } else { None };
-        *buf = self.collective(Op::rooted(Kind::BroadcastBytes, 0, root), data, timeout)?.bytes;
-        Ok(())
-    }
-
-    fn barrier(&self) -> Result<(), CommError> {
-        self.collective(Op::new(Kind::Barrier, 0, 0), Payload::default(), self.timeout).map(drop)
+    fn round(&self, op: Op, data: Payload, timeout: Option<Duration>) -> Result<Payload, CommError> {
+        self.collective(op, data, timeout)
     }
 }

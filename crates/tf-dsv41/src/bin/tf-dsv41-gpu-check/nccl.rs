@@ -1,0 +1,85 @@
+//! NCCL with world 1 on this GPU (issue 25): each collective answers as the in-process group does, and TP1 over NCCL equals the plain model bit for bit.
+
+use crate::e2e::{argmax, err};
+use std::time::Duration;
+use tf_collective::nccl::{NcclComm, unique_id, version};
+use tf_collective::{Comm, CommError, InProcessComm};
+use tf_cuda::Error;
+use tf_cuda::report::Report;
+use tf_dsv41::tiny::{TinyKind, write_checkpoint};
+use tf_dsv41::tp::lockstep::Leader;
+use tf_dsv41::{Model, Options};
+use tf_family::Family;
+
+/// The same calls on any communicator: sums, gathers, broadcasts, a length mismatch, then a barrier that shows the group survived it.
+fn collectives(c: &dyn Comm) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut buf = vec![1.5f32, -2.0, 3.25e-3];
+    out.push(format!("{:?} {:?}", c.all_reduce_sum(&mut buf), buf));
+    let mut all = vec![0.0f32; 2];
+    out.push(format!("{:?} {:?}", c.all_gather(&[7.0, -0.0], &mut all), all.iter().map(|v| v.to_bits()).collect::<Vec<_>>()));
+    let mut part = vec![0.0f32; 3];
+    out.push(format!("{:?} {:?}", c.reduce_scatter_sum(&[1.0, 2.0, 3.0], &mut part), part));
+    let mut b = vec![4.0f32, 5.0];
+    out.push(format!("{:?} {:?}", c.broadcast(&mut b, 0), b));
+    let mut frame = b"a frame".to_vec();
+    out.push(format!("{:?} {:?}", c.broadcast_bytes(&mut frame, 0), frame));
+    let mismatch = c.all_gather(&[1.0, 2.0], &mut [0.0; 3]);
+    out.push(format!("mismatch is LengthMismatch: {}", matches!(mismatch, Err(CommError::LengthMismatch { .. }))));
+    out.push(format!("barrier after it: {:?}", c.barrier()));
+    out
+}
+
+/// A chunked prompt, greedy decode steps, verify windows cut back to their first row, and a fork: every logits row.
+fn script<F: Family>(f: &F, vocab: u32) -> Result<Vec<Vec<f32>>, Error> {
+    let prompt: Vec<u32> = (0..60u32).map(|j| (j * 97 + 5) % (vocab - 4) + 4).collect();
+    let mut lane = f.new_lane().map_err(err)?;
+    let mut rows = Vec::new();
+    for (i, c) in prompt.chunks(13).enumerate() {
+        rows.extend(f.prefill(&mut lane, c, (i + 1) * 13 >= prompt.len()).map_err(err)?);
+    }
+    for step in 0..9 {
+        let t = argmax(rows.last().expect("a row"));
+        if step % 3 == 2 {
+            rows.push(f.verify(&mut lane, &[t, (t + 1) % vocab, (t + 2) % vocab]).map_err(err)?.remove(0));
+            f.rewind(&mut lane, 1).map_err(err)?;
+        } else {
+            rows.extend(f.decode(&mut lane, &[t]).map_err(err)?);
+        }
+    }
+    let mut fork = f.fork(&lane).map_err(err)?;
+    rows.extend(f.decode(&mut fork, &[3]).map_err(err)?);
+    Ok(rows)
+}
+
+pub fn check(ordinal: usize, report: &mut Report) -> Result<(), Error> {
+    let v = match version() {
+        Ok(v) => v,
+        Err(e) => {
+            report.row("nccl", "load libnccl", e, false);
+            return Ok(());
+        }
+    };
+    report.row("nccl", "load libnccl", format!("version code {v}"), true);
+    let open = || -> Result<NcclComm, Error> {
+        NcclComm::new(ordinal, 0, 1, unique_id().map_err(err)?, Some(Duration::from_secs(30))).map_err(err)
+    };
+    let nccl = open()?;
+    let want = collectives(&InProcessComm::group(1).remove(0));
+    let got = collectives(&nccl);
+    report.row("nccl", "world 1: every collective as the in-process group", format!("{got:?}"), got == want);
+    drop(nccl);
+    let dir = std::env::temp_dir().join(format!("tf-dsv41-nccl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    write_checkpoint(TinyKind::Tiny, 0, &dir).map_err(err)?;
+    let plain = Model::load(&dir, Options::default()).map_err(err)?;
+    let vocab = plain.cfg.vocab_size as u32;
+    let want = script(&plain, vocab)?;
+    let opts = Options { split_heads: true, ..Options::default() };
+    let (model, comm) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(open()?)).map_err(err)?;
+    let got = script(&Leader::new(model, comm), vocab)?;
+    let same = got.len() == want.len() && got.iter().zip(&want).all(|(a, b)| a == b);
+    report.row("nccl", "tiny TP1 over NCCL (experts and heads split) == plain", format!("{} rows", got.len()), same);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
