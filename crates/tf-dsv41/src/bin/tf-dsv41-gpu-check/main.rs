@@ -9,6 +9,7 @@ mod index;
 mod lengths;
 mod lin;
 mod mix;
+mod nccl;
 mod probe;
 mod rows;
 mod util;
@@ -80,4 +81,6 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
     run_one("engram read-ahead", &mut |r| engram::check(gpu, rng, r));
     run_one("probe", &mut |r| probe::check(gpu, rng, r));
     run_one("prompt lengths", &mut |r| lengths::check(gpu, rng, r));
+    let ordinal = std::env::var("TF_GPU").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    run_one("nccl", &mut |r| nccl::check(ordinal, r));
 }

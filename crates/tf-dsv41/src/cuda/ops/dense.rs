@@ -77,6 +77,9 @@ pub(crate) fn dense_squares(
     launch(gpu, x, w, y, Some((ss, sums)), (rows, n, k), 1, order)
 }
 
+/// Tiled calls of at most this many output blocks (mHC mixes, router) give each row of a short window its own block: the one-row build's sums, same bits.
+const SPREAD_BLOCKS: usize = 32;
+
 /// Threads per block of the tiled path (kernels/dense.cu TILE_THREADS): a block owns TILE_THREADS / lanes outputs.
 const TILE_THREADS: usize = 128;
 
@@ -123,7 +126,8 @@ fn launch(
         && aligned16(gpu, x)
         && aligned16(gpu, w);
     // A lone decode row gets a one-row build, so no adds are predicated off for rows that are not there.
-    let per_block = if tiled && rows == 1 { 1 } else { ROWS };
+    let spread = tiled && rows <= ROWS && n.div_ceil(outs) + usize::from(ss.is_some()) <= SPREAD_BLOCKS;
+    let per_block = if tiled && (rows == 1 || spread) { 1 } else { ROWS };
     let (blocks, threads) = if tiled {
         ((n.div_ceil(outs) + usize::from(ss.is_some()), rows.div_ceil(per_block)), TILE_THREADS)
     } else {
