@@ -28,8 +28,10 @@ fn main() -> ExitCode {
     println!("tf-dsv41-gpu-check: seed {seed} (TF_CHECK_SEED={seed} replays this run)");
     report.set("seed", seed.into());
     let ordinal = std::env::var("TF_GPU").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let world = std::env::var("TF_NCCL_WORLD").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
     match Gpu::open(ordinal) {
         Err(e) => report.row("open", format!("GPU {ordinal}"), e.to_string(), false),
+        Ok(_) if world > 1 => run_group(world, &mut report),
         Ok(gpu) => run(Box::leak(Box::new(gpu)), &mut SplitMix64::new(seed), &mut report),
     }
     finish(&report, "dsv41-gpu-check.json")
@@ -83,4 +85,11 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
     run_one("prompt lengths", &mut |r| lengths::check(gpu, rng, r));
     let ordinal = std::env::var("TF_GPU").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
     run_one("nccl", &mut |r| nccl::check(ordinal, r));
+}
+
+/// One rank of scripts/gpu-tp.sh's group: only the NCCL group section runs.
+fn run_group(world: usize, report: &mut Report) {
+    let rank = std::env::var("TF_NCCL_RANK").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let addr = std::env::var("TF_NCCL_ADDR").unwrap_or_else(|_| "127.0.0.1:29500".into());
+    section(report, "nccl group", |r| nccl::check_group(world, rank, &addr, r));
 }

@@ -1,7 +1,8 @@
-//! NCCL with world 1 on this GPU (issue 25): each collective answers as the in-process group does, and TP1 over NCCL equals the plain model bit for bit.
+//! NCCL (issue 25): world 1 on this GPU, or a group of processes one per GPU (scripts/gpu-tp.sh); collectives as the in-process group, TPn over NCCL == plain bit for bit.
 
 use crate::e2e::{argmax, err};
 use std::time::Duration;
+use std::time::Instant;
 use tf_collective::nccl::{NcclComm, unique_id, version};
 use tf_collective::{Comm, CommError, InProcessComm};
 use tf_cuda::Error;
@@ -17,7 +18,11 @@ fn collectives(c: &dyn Comm) -> Vec<String> {
     let mut buf = vec![1.5f32, -2.0, 3.25e-3];
     out.push(format!("{:?} {:?}", c.all_reduce_sum(&mut buf), buf));
     let mut all = vec![0.0f32; 2];
-    out.push(format!("{:?} {:?}", c.all_gather(&[7.0, -0.0], &mut all), all.iter().map(|v| v.to_bits()).collect::<Vec<_>>()));
+    out.push(format!(
+        "{:?} {:?}",
+        c.all_gather(&[7.0, -0.0], &mut all),
+        all.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    ));
     let mut part = vec![0.0f32; 3];
     out.push(format!("{:?} {:?}", c.reduce_scatter_sum(&[1.0, 2.0, 3.0], &mut part), part));
     let mut b = vec![4.0f32, 5.0];
@@ -80,6 +85,77 @@ pub fn check(ordinal: usize, report: &mut Report) -> Result<(), Error> {
     let got = script(&Leader::new(model, comm), vocab)?;
     let same = got.len() == want.len() && got.iter().zip(&want).all(|(a, b)| a == b);
     report.row("nccl", "tiny TP1 over NCCL (experts and heads split) == plain", format!("{} rows", got.len()), same);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Rank `rank`'s part of a group of `world` processes (`TF_NCCL_WORLD`, `TF_NCCL_RANK`, `TF_NCCL_ADDR`), one GPU each.
+pub fn check_group(world: usize, rank: usize, addr: &str, report: &mut Report) -> Result<(), Error> {
+    let timeout = Some(Duration::from_secs(60));
+    let comm = NcclComm::join(rank, rank, world, addr, timeout).map_err(err)?;
+    let mine = |r: usize| vec![0.1f32 * (r + 1) as f32, -3.0e-4 * r as f32, 7.0];
+    let mut sum = mine(rank);
+    let ok = comm.all_reduce_sum(&mut sum).is_ok();
+    let want = (1..world).fold(mine(0), |acc, r| acc.iter().zip(mine(r)).map(|(a, b)| a + b).collect());
+    report.row(
+        "nccl group",
+        format!("rank {rank} of {world}: all_reduce_sum in rank order"),
+        format!("{sum:?}"),
+        ok && sum == want,
+    );
+    let mut all = vec![0.0f32; 3 * world];
+    let ok = comm.all_gather(&mine(rank), &mut all).is_ok();
+    report.row(
+        "nccl group",
+        format!("rank {rank}: all_gather"),
+        "",
+        ok && all == (0..world).flat_map(mine).collect::<Vec<_>>(),
+    );
+    let bad = comm.all_gather(&vec![1.0; 2 + usize::from(rank == world - 1)], &mut vec![0.0; 2 * world]);
+    let usable = comm.barrier().is_ok();
+    let mismatch = matches!(bad, Err(CommError::LengthMismatch { .. }));
+    report.row(
+        "nccl group",
+        format!("rank {rank}: a length mismatch errors everywhere, the group goes on"),
+        "",
+        mismatch && usable,
+    );
+    for mb in [1usize, 16, 64] {
+        let n = mb << 18;
+        let (send, mut recv) = (vec![1.0f32; n], vec![0.0f32; n * world]);
+        comm.all_gather(&send, &mut recv).map_err(err)?;
+        let t = Instant::now();
+        comm.all_gather(&send, &mut recv).map_err(err)?;
+        let s = t.elapsed().as_secs_f64();
+        let gbps = (n * 4 * world) as f64 / s / 1e9;
+        report.row(
+            "nccl group",
+            format!("rank {rank}: all_gather of {mb} MB a rank"),
+            format!("{:.2} ms, {gbps:.2} GB/s gathered (host staging included)", s * 1e3),
+            true,
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("tf-dsv41-nccl-group-{rank}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    write_checkpoint(TinyKind::Tiny, 0, &dir).map_err(err)?;
+    let opts = Options { split_heads: true, ..Options::default() };
+    let (model, shared) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(comm)).map_err(err)?;
+    if rank > 0 {
+        let r = tf_dsv41::tp::lockstep::follow(&model, &shared);
+        report.row("nccl group", format!("rank {rank}: followed rank 0 to its stop"), format!("{r:?}"), r.is_ok());
+    } else {
+        let plain = Model::load(&dir, Options::default()).map_err(err)?;
+        let vocab = plain.cfg.vocab_size as u32;
+        let want = script(&plain, vocab)?;
+        let got = script(&Leader::new(model, shared), vocab)?;
+        let same = got.len() == want.len() && got.iter().zip(&want).all(|(a, b)| a == b);
+        report.row(
+            "nccl group",
+            format!("tiny TP{world} over NCCL (experts and heads split) == plain"),
+            format!("{} rows", got.len()),
+            same,
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
