@@ -195,16 +195,8 @@ impl NcclComm {
 }
 
 impl Rounds for NcclComm {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn world(&self) -> usize {
-        self.world
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        self.timeout
+    fn group(&self) -> (usize, usize, Option<Duration>) {
+        (self.rank, self.world, self.timeout)
     }
 
     fn round(&self, op: Op, data: Payload, timeout: Option<Duration>) -> Result<Payload, CommError> {

@@ -3,67 +3,66 @@ use std::time::Duration;
 
 /// A transport that runs each collective as one round: every rank's contribution in, the combined payload (by [`combine`]) out.
 pub(crate) trait Rounds: Send {
-    fn rank(&self) -> usize;
-    fn world(&self) -> usize;
-    fn timeout(&self) -> Option<Duration>;
+    /// This rank, the world size, and the deadline of every wait.
+    fn group(&self) -> (usize, usize, Option<Duration>);
     fn round(&self, op: Op, data: Payload, timeout: Option<Duration>) -> Result<Payload, CommError>;
 }
 
 impl<T: Rounds> Comm for T {
     fn rank(&self) -> usize {
-        Rounds::rank(self)
+        self.group().0
     }
 
     fn world_size(&self) -> usize {
-        self.world()
+        self.group().1
     }
 
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<(), CommError> {
         let op = Op::new(Kind::AllReduceSum, buf.len(), buf.len());
-        let sum = self.round(op, Payload::floats(buf.to_vec()), self.timeout())?;
+        let sum = self.round(op, Payload::floats(buf.to_vec()), self.group().2)?;
         buf.copy_from_slice(&sum.floats);
         Ok(())
     }
 
     fn all_gather(&self, input: &[f32], output: &mut [f32]) -> Result<(), CommError> {
         let op = Op::new(Kind::AllGather, input.len(), output.len());
-        let all = self.round(op, Payload::floats(input.to_vec()), self.timeout())?;
+        let all = self.round(op, Payload::floats(input.to_vec()), self.group().2)?;
         output.copy_from_slice(&all.floats);
         Ok(())
     }
 
     fn reduce_scatter_sum(&self, input: &[f32], output: &mut [f32]) -> Result<(), CommError> {
         let op = Op::new(Kind::ReduceScatterSum, input.len(), output.len());
-        let sum = self.round(op, Payload::floats(input.to_vec()), self.timeout())?;
-        let start = Rounds::rank(self) * output.len();
+        let sum = self.round(op, Payload::floats(input.to_vec()), self.group().2)?;
+        let start = self.group().0 * output.len();
         output.copy_from_slice(&sum.floats[start..start + output.len()]);
         Ok(())
     }
 
     fn broadcast(&self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
-        let data = Payload::floats(if Rounds::rank(self) == root { buf.to_vec() } else { Vec::new() });
-        let got = self.round(Op::rooted(Kind::Broadcast, buf.len(), root), data, self.timeout())?;
+        let data = Payload::floats(if self.group().0 == root { buf.to_vec() } else { Vec::new() });
+        let got = self.round(Op::rooted(Kind::Broadcast, buf.len(), root), data, self.group().2)?;
         buf.copy_from_slice(&got.floats);
         Ok(())
     }
 
     fn broadcast_bytes(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
-        let data = Payload::bytes(if Rounds::rank(self) == root { buf.clone() } else { Vec::new() });
-        *buf = self.round(Op::rooted(Kind::BroadcastBytes, 0, root), data, self.timeout())?.bytes;
+        let data = Payload::bytes(if self.group().0 == root { buf.clone() } else { Vec::new() });
+        *buf = self.round(Op::rooted(Kind::BroadcastBytes, 0, root), data, self.group().2)?.bytes;
         Ok(())
     }
 
     fn broadcast_bytes_idle(&self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
-        let leader = Rounds::rank(self) == root;
+        let leader = self.group().0 == root;
         let data = Payload::bytes(if leader { buf.clone() } else { Vec::new() });
         // Followers wait for the leader's next step without a deadline.
-        let timeout = if leader { self.timeout() } else { None };
+        let timeout = if leader { self.group().2 } else { None };
         *buf = self.round(Op::rooted(Kind::BroadcastBytes, 0, root), data, timeout)?.bytes;
         Ok(())
     }
 
     fn barrier(&self) -> Result<(), CommError> {
-        self.round(Op::new(Kind::Barrier, 0, 0), Payload::default(), self.timeout()).map(drop)
+        self.round(Op::new(Kind::Barrier, 0, 0), Payload::default(), self.group().2).map(drop)
     }
 }
 

@@ -223,16 +223,8 @@ pub(crate) fn decode(b: &[u8]) -> Result<Contribution, CommError> {
 }
 
 impl Rounds for TcpComm {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn world(&self) -> usize {
-        self.world
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        self.timeout
+    fn group(&self) -> (usize, usize, Option<Duration>) {
+        (self.rank, self.world, self.timeout)
     }
 
     fn round(&self, op: Op, data: Payload, timeout: Option<Duration>) -> Result<Payload, CommError> {
