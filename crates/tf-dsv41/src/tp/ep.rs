@@ -36,6 +36,21 @@ impl std::fmt::Debug for SharedComm {
     }
 }
 
+/// Every rank's bf16 values, rank `r` sending `sizes[r]` (every rank knows all sizes, so none travel): one padded `all_gather`.
+fn gather_bf16(comm: &SharedComm, mine: impl Iterator<Item = bf16>, sizes: &[usize], what: &str) -> Vec<Vec<bf16>> {
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    // Every rank computes the same sizes, so all skip together or all gather.
+    if max == 0 {
+        return vec![Vec::new(); sizes.len()];
+    }
+    let mut send: Vec<f32> = mine.map(|v| v.to_f32()).collect();
+    send.resize(max, 0.0);
+    let mut all = vec![0.0f32; max * sizes.len()];
+    comm.with(|c| c.all_gather(&send, &mut all))
+        .unwrap_or_else(|e| panic!("tensor parallel: gathering {what} failed: {e}"));
+    all.chunks_exact(max).zip(sizes).map(|(c, &n)| c[..n].iter().map(|&v| to_bf16(v)).collect()).collect()
+}
+
 /// Every expert's output rows (bf16, in `picks(e)` order) on every rank, from this rank's `mine` (its owned experts with picks, in order).
 pub fn gather_experts(
     comm: &SharedComm,
@@ -47,22 +62,13 @@ pub fn gather_experts(
     let parts = partition(experts, comm.world_size());
     let rows: Vec<usize> = (0..experts).map(|e| picks(e).len()).collect();
     let sizes: Vec<usize> = parts.iter().map(|p| p.clone().map(|e| rows[e]).sum::<usize>() * dim).collect();
-    let max = sizes.iter().copied().max().unwrap_or(0);
+    let ranks = gather_bf16(comm, mine.into_iter().flatten(), &sizes, "expert outputs");
     let mut out = vec![Vec::new(); experts];
-    // Every rank computes the same sizes from the same routes, so all skip together or all gather.
-    if max == 0 {
-        return out;
-    }
-    let mut send: Vec<f32> = mine.iter().flatten().map(|v| v.to_f32()).collect();
-    send.resize(max, 0.0);
-    let mut all = vec![0.0f32; max * parts.len()];
-    comm.with(|c| c.all_gather(&send, &mut all))
-        .unwrap_or_else(|e| panic!("expert parallel: gathering expert outputs failed: {e}"));
-    for (r, part) in parts.iter().enumerate() {
-        let mut at = r * max;
+    for (part, got) in parts.iter().zip(ranks) {
+        let mut at = 0;
         for e in part.clone() {
             let n = rows[e] * dim;
-            out[e] = all[at..at + n].iter().map(|&v| to_bf16(v)).collect();
+            out[e] = got[at..at + n].to_vec();
             at += n;
         }
     }
@@ -77,19 +83,14 @@ pub fn gather_cols(
     parts: &[std::ops::Range<usize>],
     unit: usize,
 ) -> Vec<bf16> {
-    let max = parts.iter().map(|p| p.len()).max().unwrap_or(0) * unit * rows;
     let width = parts.last().map_or(0, |p| p.end) * unit;
-    let mut send: Vec<f32> = local.iter().map(|v| v.to_f32()).collect();
-    send.resize(max, 0.0);
-    let mut all = vec![0.0f32; max * parts.len()];
-    comm.with(|c| c.all_gather(&send, &mut all))
-        .unwrap_or_else(|e| panic!("tensor parallel: gathering attention outputs failed: {e}"));
+    let sizes: Vec<usize> = parts.iter().map(|p| p.len() * unit * rows).collect();
+    let ranks = gather_bf16(comm, local.iter().copied(), &sizes, "attention outputs");
     let mut out = vec![bf16::ZERO; rows * width];
-    for (r, part) in parts.iter().enumerate() {
+    for (part, got) in parts.iter().zip(ranks) {
         let n = part.len() * unit;
-        for (row, src) in all[r * max..r * max + rows * n].chunks_exact(n.max(1)).take(rows).enumerate() {
-            let dst = &mut out[row * width + part.start * unit..row * width + part.end * unit];
-            dst.iter_mut().zip(src).for_each(|(d, &s)| *d = to_bf16(s));
+        for (row, src) in got.chunks_exact(n.max(1)).enumerate() {
+            out[row * width + part.start * unit..row * width + part.end * unit].copy_from_slice(src);
         }
     }
     out
