@@ -5,7 +5,6 @@ use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
 use tf_dsv41::cuda::GpuModel;
-use tf_dsv41::plan;
 use tf_dsv41::tiny::{TinyKind, write_checkpoint};
 use tf_dsv41::{Model, Options};
 
@@ -44,18 +43,8 @@ fn drafted_equals_plain(gm: &GpuModel, p: &[u32]) -> Result<(bool, usize), Error
         let t = argmax(got.last().unwrap());
         let d = gm.draft(&mut lane, t).map_err(err)?;
         let window: Vec<u32> = std::iter::once(t).chain(d.tokens.into_iter().take(2)).collect();
-        let rows = plan::verify(gm, &mut lane, &window, &[]).map_err(err)?;
-        let mut keep = 0;
-        for (r, row) in rows.into_iter().enumerate() {
-            keep += 1;
-            let next = argmax(&row);
-            got.push(row);
-            if window.get(r + 1) != Some(&next) {
-                break;
-            }
-            kept += 1;
-        }
-        plan::rewind(gm, &mut lane, keep).map_err(err)?;
+        // Every kept row but the last confirmed a draft.
+        kept += crate::verify::greedy_window(gm, &mut lane, &window, &mut got)? - 1;
     }
     got.truncate(want.len());
     Ok((got == want, kept))

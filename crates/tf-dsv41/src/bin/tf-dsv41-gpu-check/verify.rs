@@ -13,7 +13,7 @@ const STEPS: usize = 48;
 /// Odd and even lengths, so windows start and end inside ratio-2 groups.
 const LENGTHS: [usize; 4] = [1, 8, 37, 150];
 
-type Rows = Vec<Vec<f32>>;
+pub(crate) type Rows = Vec<Vec<f32>>;
 
 /// Greedy plain decode after the prompt: each step's logits.
 fn plain<B: Backend>(b: &B, lane: &mut B::Lane, p: &[u32]) -> Result<Rows, Error> {
@@ -23,6 +23,26 @@ fn plain<B: Backend>(b: &B, lane: &mut B::Lane, p: &[u32]) -> Result<Rows, Error
         rows.push(plan::decode(b, lane, &[t], &[]).map_err(err)?.remove(0));
     }
     Ok(rows)
+}
+
+/// One verify window, greedy: its rows up to the first draft that differs from the argmax before it, then a rewind to them; how many it kept.
+pub(crate) fn greedy_window<B: Backend>(
+    b: &B,
+    lane: &mut B::Lane,
+    window: &[u32],
+    rows: &mut Rows,
+) -> Result<usize, Error> {
+    let mut keep = 0;
+    for (r, row) in plan::verify(b, lane, window, &[]).map_err(err)?.into_iter().enumerate() {
+        keep += 1;
+        let t = argmax(&row);
+        rows.push(row);
+        if window.get(r + 1) != Some(&t) {
+            break;
+        }
+    }
+    plan::rewind(b, lane, keep).map_err(err)?;
+    Ok(keep)
 }
 
 /// Greedy decode through verify windows of 1-6 rows whose drafts follow `truth` for a random prefix; (rows, windows cut back).
@@ -48,18 +68,8 @@ fn drafted<B: Backend>(
                 ((right as u64 + 1 + rng.next_u64() % (vocab - 1)) % vocab) as u32
             });
         }
-        let out = plan::verify(b, lane, &window, &[]).map_err(err)?;
-        let mut keep = 0;
-        for (r, row) in out.into_iter().enumerate() {
-            keep += 1;
-            let t = argmax(&row);
-            rows.push(row);
-            if window.get(r + 1) != Some(&t) {
-                break;
-            }
-        }
+        let keep = greedy_window(b, lane, &window, &mut rows)?;
         cut += usize::from(keep < window.len());
-        plan::rewind(b, lane, keep).map_err(err)?;
     }
     rows.truncate(STEPS + 1);
     Ok((rows, cut))
