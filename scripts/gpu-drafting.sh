@@ -7,9 +7,7 @@ cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/gpu-drafting-out}"
 mkdir -p "$out"
 source scripts/gpu-env.sh
-for b in tf xtask; do
-  [[ -x gpu-carry/$b ]] || { echo "gpu-drafting: no gpu-carry/$b; build with TF_CARRY=serve" | tee "$out/drafting.log"; exit 2; }
-done
+need_carry gpu-drafting "$out/drafting.log" tf xtask
 port=8000
 url="http://127.0.0.1:$port"
 rc=0

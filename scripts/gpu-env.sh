@@ -18,3 +18,11 @@ if [[ -z ${TF_NCCL_LIB:-} ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.
   [[ -f $nccl ]] || nccl="$(find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)"
   if [[ -f $nccl ]]; then export TF_NCCL_LIB="$nccl"; fi
 fi
+# need_carry NAME LOG BIN...: stop with 2 (said in LOG too) unless gpu-carry holds every BIN of TF_CARRY=serve.
+need_carry() {
+  local name="$1" log="$2" b
+  shift 2
+  for b in "$@"; do
+    [[ -x gpu-carry/$b ]] || { echo "$name: no gpu-carry/$b; build with TF_CARRY=serve" | tee "$log"; exit 2; }
+  done
+}
