@@ -5,7 +5,7 @@ use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
 use tf_dsv41::cuda::GpuModel;
-use tf_dsv41::tiny::{TinyKind, write_checkpoint};
+use tf_dsv41::tiny::TinyKind;
 use tf_dsv41::{Model, Options};
 
 const STEPS: usize = 12;
@@ -51,9 +51,7 @@ fn drafted_equals_plain(gm: &GpuModel, p: &[u32]) -> Result<(bool, usize), Error
 }
 
 pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
-    let dir = std::env::temp_dir().join(format!("tf-dsv41-dspark-{}-{}", kind.name(), std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    write_checkpoint(kind, 0, &dir).map_err(err)?;
+    let dir = crate::e2e::TempModel::write(&format!("dspark-{}", kind.name()), kind)?;
     for replay in [true, false] {
         let opts = Options { replay, ..Options::default() };
         let (gm, cpu) = (GpuModel::load(&dir, opts, gpu).map_err(err)?, Model::load(&dir, opts).map_err(err)?);
@@ -69,6 +67,5 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

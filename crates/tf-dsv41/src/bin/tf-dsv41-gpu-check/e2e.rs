@@ -114,15 +114,37 @@ pub(crate) fn err(e: impl std::fmt::Display) -> Error {
     Error::Launch { op: "e2e", what: e.to_string() }
 }
 
+/// A synthetic checkpoint written to a fresh temporary folder, removed when dropped.
+pub(crate) struct TempModel(std::path::PathBuf);
+
+impl TempModel {
+    /// `kind` with seed 0 under `tf-dsv41-<tag>-<pid>`.
+    pub(crate) fn write(tag: &str, kind: TinyKind) -> Result<TempModel, Error> {
+        let dir = std::env::temp_dir().join(format!("tf-dsv41-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        write_checkpoint(kind, 0, &dir).map_err(err)?;
+        Ok(TempModel(dir))
+    }
+}
+
+impl std::ops::Deref for TempModel {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempModel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The gates on one synthetic model kind: replay on and off, and replay off with the wide-sum switch (GPU == CPU in that order too).
 pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
-    let dir = std::env::temp_dir().join(format!("tf-dsv41-e2e-{}-{}", kind.name(), std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    write_checkpoint(kind, 0, &dir).map_err(err)?;
+    let dir = TempModel::write(&format!("e2e-{}", kind.name()), kind)?;
     let combos = [(true, false), (false, false), (false, true)];
-    let result = gates(gpu, rng, report, (kind, &dir, Options::default()), &combos, false);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    gates(gpu, rng, report, (kind, &dir, Options::default()), &combos, false)
 }
 
 /// Which EXL3 end-to-end run: the exact default, the tensor-core switch's gate, or MXFP4 prefill experts (held to the CPU's bits).

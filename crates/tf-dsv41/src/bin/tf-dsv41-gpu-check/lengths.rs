@@ -6,7 +6,7 @@ use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
 use tf_dsv41::cuda::{GpuLane, GpuModel};
-use tf_dsv41::tiny::{TinyKind, write_checkpoint};
+use tf_dsv41::tiny::TinyKind;
 use tf_dsv41::{Model, Options};
 
 /// The gate: at least a thousand lengths, up to 20,000 tokens.
@@ -52,12 +52,8 @@ fn run_tail(gm: &GpuModel, snaps: &[GpuLane], p: &[u32]) -> Result<[Vec<f32>; 2]
 }
 
 pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
-    let dir = std::env::temp_dir().join(format!("tf-dsv41-lengths-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    write_checkpoint(TinyKind::Tiny, 0, &dir).map_err(err)?;
-    let result = gate(gpu, rng, report, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    let dir = crate::e2e::TempModel::write("lengths", TinyKind::Tiny)?;
+    gate(gpu, rng, report, &dir)
 }
 
 fn gate(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, dir: &std::path::Path) -> Result<(), Error> {

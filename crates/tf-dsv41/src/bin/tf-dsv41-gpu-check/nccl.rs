@@ -7,7 +7,7 @@ use tf_collective::nccl::{NcclComm, unique_id, version};
 use tf_collective::{Comm, CommError, InProcessComm};
 use tf_cuda::Error;
 use tf_cuda::report::Report;
-use tf_dsv41::tiny::{TinyKind, write_checkpoint};
+use tf_dsv41::tiny::TinyKind;
 use tf_dsv41::tp::lockstep::Leader;
 use tf_dsv41::{Model, Options};
 use tf_family::Family;
@@ -74,9 +74,7 @@ pub fn check(ordinal: usize, report: &mut Report) -> Result<(), Error> {
     let got = collectives(&nccl);
     report.row("nccl", "world 1: every collective as the in-process group", format!("{got:?}"), got == want);
     drop(nccl);
-    let dir = std::env::temp_dir().join(format!("tf-dsv41-nccl-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    write_checkpoint(TinyKind::Tiny, 0, &dir).map_err(err)?;
+    let dir = crate::e2e::TempModel::write("nccl", TinyKind::Tiny)?;
     let plain = Model::load(&dir, Options::default()).map_err(err)?;
     let vocab = plain.cfg.vocab_size as u32;
     let want = script(&plain, vocab)?;
@@ -85,7 +83,6 @@ pub fn check(ordinal: usize, report: &mut Report) -> Result<(), Error> {
     let got = script(&Leader::new(model, comm), vocab)?;
     let same = got.len() == want.len() && got.iter().zip(&want).all(|(a, b)| a == b);
     report.row("nccl", "tiny TP1 over NCCL (experts and heads split) == plain", format!("{} rows", got.len()), same);
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
@@ -135,9 +132,7 @@ pub fn check_group(world: usize, rank: usize, addr: &str, report: &mut Report) -
             true,
         );
     }
-    let dir = std::env::temp_dir().join(format!("tf-dsv41-nccl-group-{rank}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    write_checkpoint(TinyKind::Tiny, 0, &dir).map_err(err)?;
+    let dir = crate::e2e::TempModel::write(&format!("nccl-group-{rank}"), TinyKind::Tiny)?;
     let opts = Options { split_heads: true, ..Options::default() };
     let (model, shared) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(comm)).map_err(err)?;
     if rank > 0 {
@@ -156,6 +151,5 @@ pub fn check_group(world: usize, rank: usize, addr: &str, report: &mut Report) -
             same,
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

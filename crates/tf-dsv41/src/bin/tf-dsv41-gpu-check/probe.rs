@@ -5,20 +5,17 @@ use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
 use tf_dsv41::cuda::GpuModel;
-use tf_dsv41::tiny::{TinyKind, write_checkpoint};
+use tf_dsv41::tiny::TinyKind;
 use tf_dsv41::{Model, Options};
 
 /// Declared: one step from equal inputs rounds at most a few bf16 ulps apart (≈1 % of the values' RMS).
 const STEP_TOL: f64 = 0.02;
 
 pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
-    let dir = std::env::temp_dir().join(format!("tf-dsv41-probe-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    write_checkpoint(TinyKind::Tiny, 0, &dir).map_err(err)?;
+    let dir = crate::e2e::TempModel::write("probe", TinyKind::Tiny)?;
     let opts = Options { replay: false, ..Options::default() };
     let cpu = Model::load(&dir, opts).map_err(err)?;
     let gm = GpuModel::from_cpu(Model::load(&dir, opts).map_err(err)?, gpu)?;
-    let _ = std::fs::remove_dir_all(&dir);
     for n in [1, 40] {
         let rows = gm.probe(&cpu, &prompt(rng, n, gm.cfg().vocab_size)).map_err(err)?;
         for r in rows {

@@ -6,7 +6,7 @@ use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
 use tf_dsv41::cuda::GpuModel;
 use tf_dsv41::plan::{self, Backend};
-use tf_dsv41::tiny::{TinyKind, write_checkpoint};
+use tf_dsv41::tiny::TinyKind;
 use tf_dsv41::{Model, Options};
 
 const STEPS: usize = 48;
@@ -77,9 +77,7 @@ fn drafted<B: Backend>(
 
 /// On `kind`: the GPU's drafted rows equal its plain rows, and the CPU's drafted rows equal the CPU's plain rows.
 pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
-    let dir = std::env::temp_dir().join(format!("tf-dsv41-verify-{}-{}", kind.name(), std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    write_checkpoint(kind, 0, &dir).map_err(err)?;
+    let dir = crate::e2e::TempModel::write(&format!("verify-{}", kind.name()), kind)?;
     for replay in [true, false] {
         let opts = Options { replay, ..Options::default() };
         let gm = GpuModel::load(&dir, opts, gpu).map_err(err)?;
@@ -106,6 +104,5 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
