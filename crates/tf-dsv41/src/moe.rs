@@ -27,6 +27,8 @@ pub struct Moe {
     pub owned: std::ops::Range<usize>,
     /// Expert parallel: the group the other ranks' expert outputs come from.
     pub ep: Option<crate::tp::SharedComm>,
+    /// Sequence-parallel rows: long calls run the shared expert a share of rows per rank.
+    pub sp: Option<crate::tp::RowShare>,
     pub shared: Expert<QLinear<Fp8Weight>>,
     pub topk: usize,
     pub route_scale: f32,
@@ -86,6 +88,7 @@ impl Moe {
             experts,
             owned: s.owned.clone(),
             ep: None,
+            sp: None,
             shared: Expert {
                 w1: sh("w1", s.inter, s.dim)?,
                 w2: sh("w2", s.dim, s.inter)?,
@@ -155,7 +158,10 @@ impl Moe {
             }
         }
         let s = &self.shared;
-        let down = s.w2.forward(&swiglu(&s.w1.forward(x, rows), &s.w3.forward(x, rows), None, self.limit), rows);
+        let down = crate::tp::by_rows(self.sp.as_ref(), rows, dim, |own| {
+            let (x, n) = (&x[own.start * dim..own.end * dim], own.len());
+            s.w2.forward(&swiglu(&s.w1.forward(x, n), &s.w3.forward(x, n), None, self.limit), n)
+        });
         y.iter().zip(&down).map(|(a, b)| to_bf16(a + b.to_f32())).collect()
     }
 }

@@ -59,15 +59,20 @@ fn script<F: Family>(f: &F, vocab: u32, len: usize) -> Vec<Vec<f32>> {
 }
 
 fn check(d: &Path, worlds: &[usize], split_heads: bool) {
+    check_with(d, worlds, Options { split_heads, ..Options::default() });
+}
+
+fn check_with(d: &Path, worlds: &[usize], opts: Options) {
+    let split_heads = opts.split_heads;
     let kind = d.display();
     let plain = Model::load(d, Options::default()).unwrap();
     let vocab = plain.cfg.vocab_size as u32;
     let want: Vec<Vec<Vec<f32>>> = [1, 40, 150].iter().map(|&n| script(&plain, vocab, n)).collect();
     for &world in worlds {
-        let opts = Options { split_heads, ..Options::default() };
         let (leader, followers) = spawn(d, opts, world, Duration::from_secs(60)).unwrap();
         for (i, &n) in [1, 40, 150].iter().enumerate() {
             let what = if split_heads { "heads and experts" } else { "experts" };
+            let what = format!("{what}, rows split from {}", opts.sp_rows);
             assert!(
                 script(&leader, vocab, n) == want[i],
                 "{kind} TP{world} ({what}), prompt {n}: logits differ from one rank"
@@ -98,6 +103,29 @@ fn tiny_tp_with_split_heads_equals_one_rank_bit_for_bit() {
     assert!(b.wo_b.out_features() < a.wo_b.out_features() && b.wo_a.len() * 2 == a.wo_a.len());
     check(dir(TinyKind::Tiny), &[1, 2, 3, 8], true);
     check(tiny_top4(), &[4], true);
+}
+
+/// Sequence-parallel rows: every call (1) or the 13-row prompt chunks (5) run the row-local projections a share of rows per rank.
+#[test]
+fn tp_with_sequence_parallel_rows_equals_one_rank_bit_for_bit() {
+    let sp = |sp_rows, split_heads| Options { sp_rows, split_heads, ..Options::default() };
+    check_with(dir(TinyKind::Tiny), &[2, 3, 4, 8], sp(1, true));
+    check_with(dir(TinyKind::Tiny), &[3], sp(5, false));
+    check_with(dir(TinyKind::Small), &[4], sp(1, true));
+    assert!(gathers(sp(1, true)) > gathers(sp(0, true)), "the row share gathers each split call's rows");
+}
+
+/// All-gathers rank 0 of a TP2 group issues over the script's 40-token prompt, from its collective profile.
+fn gathers(opts: Options) -> usize {
+    let d = tempfile::tempdir().unwrap();
+    let profile: &'static Path = Box::leak(d.path().to_path_buf().into_boxed_path());
+    let (leader, followers) =
+        spawn(dir(TinyKind::Tiny), Options { tp_profile: Some(profile), ..opts }, 2, Duration::from_secs(60)).unwrap();
+    script(&leader, leader.model.cfg.vocab_size as u32, 40);
+    drop(leader);
+    followers.into_iter().for_each(|f| f.join().unwrap().unwrap());
+    let text = std::fs::read_to_string(d.path().join("rank-0.jsonl")).unwrap();
+    text.lines().filter(|l| l.contains("all_gather")).count()
 }
 
 #[test]

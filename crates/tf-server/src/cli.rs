@@ -169,6 +169,9 @@ pub struct ServeArgs {
     /// What --tp splits: experts and attention heads, or experts alone
     #[arg(long, value_enum, default_value = "heads")]
     pub tp_split: TpSplitArg,
+    /// Prompt chunks of at least N rows split their row-local projections over the ranks by rows, then gather them (0: off)
+    #[arg(long, value_name = "N", default_value_t = tf_dsv41::SP_ROWS)]
+    pub tp_sp_rows: usize,
     /// Each rank writes every collective's ready and end times to DIR/rank-<r>.jsonl (read them with `tf tp-profile DIR`)
     #[arg(long, value_name = "DIR")]
     pub tp_profile: Option<PathBuf>,
@@ -316,6 +319,7 @@ impl ServeArgs {
             tp_deadline_ms: self.tp_deadline_ms,
             tp_split_heads: self.tp_split == TpSplitArg::Heads,
             tp_profile: self.tp_profile,
+            tp_sp_rows: self.tp_sp_rows,
             tp_addr: self.tp_addr,
             tp_rank: usize::from(self.tp_rank),
         })

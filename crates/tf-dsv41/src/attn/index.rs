@@ -2,6 +2,7 @@
 
 use super::{AttnWeights, rope_bf16};
 use crate::rope::Rope;
+use crate::tp::by_rows_sized;
 use tf_core::bf16;
 use tf_core::formats::{Fp4Scale, qdq_fp4, round_bf16};
 
@@ -22,7 +23,7 @@ pub(crate) struct IndexInput<'a> {
 }
 
 impl AttnWeights {
-    /// Scores every row against the visible index keys and returns each row's selection (ascending).
+    /// Scores every row against the visible index keys and returns each row's selection (ascending); a share of rows per rank under a row share.
     pub(crate) fn select(
         &self,
         x: &[bf16],
@@ -33,34 +34,70 @@ impl AttnWeights {
     ) -> Vec<Vec<usize>> {
         let ix = self.indexer.as_ref().expect("select runs on index sources");
         let rows = qr.len() / ix.wq_b.in_features();
-        let (heads, hd) = (ix.heads, ix.head_dim);
-        let mut q = ix.wq_b.forward(qr, rows);
-        for (r, row) in q.chunks_exact_mut(heads * hd).enumerate() {
+        let cl = |r: usize| visible_groups(inp.pos0 + r, inp.ratio);
+        let sel = |r: usize| self.index_topk.min(cl(r));
+        let mask = |r: usize| if self.is_candidate_source { cl(r) } else { 0 };
+        // Each row travels as its selection (exact in f32 below 2^24) then, from the candidate source, its mask.
+        let wire = by_rows_sized(self.sp.as_ref(), rows, &|r| sel(r) + mask(r), |own| {
+            let mut out = Vec::new();
+            for (r, (s, m)) in own.clone().zip(self.select_rows(x, qr, inp, rope, shared, own)) {
+                debug_assert_eq!((s.len(), m.len()), (sel(r), mask(r)));
+                out.extend(s.iter().map(|&g| g as f32).chain(m.iter().map(|&k| f32::from(u8::from(k)))));
+            }
+            out
+        });
+        let mut at = 0;
+        let mut out = Vec::with_capacity(rows);
+        for r in 0..rows {
+            out.push(wire[at..at + sel(r)].iter().map(|&g| g as usize).collect());
+            if self.is_candidate_source {
+                if shared.candidates.len() <= r {
+                    shared.candidates.resize(r + 1, Vec::new());
+                }
+                shared.candidates[r] = wire[at + sel(r)..at + sel(r) + mask(r)].iter().map(|&k| k == 1.0).collect();
+            }
+            at += sel(r) + mask(r);
+        }
+        out
+    }
+
+    /// The selections of rows `own` (and their candidate masks, from the candidate source).
+    fn select_rows(
+        &self,
+        x: &[bf16],
+        qr: &[bf16],
+        inp: &IndexInput<'_>,
+        rope: &Rope,
+        shared: &Shared,
+        own: std::ops::Range<usize>,
+    ) -> Vec<(Vec<usize>, Vec<bool>)> {
+        let ix = self.indexer.as_ref().expect("select runs on index sources");
+        let (heads, hd, ql, dim) = (ix.heads, ix.head_dim, ix.wq_b.in_features(), ix.weights_proj.inp);
+        let n = own.len();
+        let mut q = ix.wq_b.forward(&qr[own.start * ql..own.end * ql], n);
+        for (r, row) in own.clone().zip(q.chunks_exact_mut(heads * hd)) {
             for head in row.chunks_exact_mut(hd) {
                 rope_bf16(head, rope, inp.pos0 + r, false);
             }
             qdq_fp4(row, 32, Fp4Scale::E8m0);
         }
-        let w = ix.weights_proj.forward_bf16(x, rows);
+        let w = ix.weights_proj.forward_bf16(&x[own.start * dim..own.end * dim], n);
         let c = ((hd as f64).powf(-0.5) * (heads as f64).powf(-0.5)) as f32;
-        let mut out = Vec::with_capacity(rows);
-        for r in 0..rows {
+        let mut out = Vec::with_capacity(n);
+        for (i, r) in own.enumerate() {
             let cl = visible_groups(inp.pos0 + r, inp.ratio);
-            let wr = head_weights(&w[r * heads..(r + 1) * heads], c);
-            let qrow = &q[r * heads * hd..(r + 1) * heads * hd];
+            let wr = head_weights(&w[i * heads..(i + 1) * heads], c);
+            let qrow = &q[i * heads * hd..(i + 1) * heads * hd];
             let zero = vec![bf16::ZERO; hd];
             let key = |t: usize| inp.keys.get(t).map_or(zero.as_slice(), Vec::as_slice);
             let mut score: Vec<f32> = (0..cl).map(|t| index_score(qrow, key(t), &wr, hd)).collect();
+            let mut mask = Vec::new();
             if self.is_candidate_source {
-                let mask = candidate_mask(&score, self.candidate_blocks, self.candidate_block);
-                if shared.candidates.len() <= r {
-                    shared.candidates.resize(r + 1, Vec::new());
-                }
-                shared.candidates[r] = mask;
+                mask = candidate_mask(&score, self.candidate_blocks, self.candidate_block);
             } else if self.uses_candidates {
                 apply_candidates(&mut score, &shared.candidates[r]);
             }
-            out.push(top_k(&score, self.index_topk.min(cl)));
+            out.push((top_k(&score, self.index_topk.min(cl)), mask));
         }
         out
     }

@@ -58,6 +58,8 @@ pub struct AttnWeights {
     pub indexer: Option<Indexer>,
     /// This rank's share of the heads under tensor parallel (`split_heads`); `None`: every head.
     pub split: Option<super::HeadSplit>,
+    /// Sequence-parallel rows (`Options::sp_rows`): long calls run the row-local projections a share of rows per rank.
+    pub sp: Option<crate::tp::RowShare>,
 }
 
 /// A plain linear `{name}.weight`, or the effective weight of an EXL3 `{name}.trellis`.
@@ -154,6 +156,7 @@ impl AttnWeights {
             index_keys,
             indexer,
             split: None,
+            sp: None,
         })
     }
 }

@@ -58,13 +58,11 @@ impl AttnWeights {
         let rows = x.len() / self.wq_a.in_features();
         // Under a head split the sinks hold this rank's heads only.
         let (heads, d) = (self.sink.len(), self.head_dim);
-        let xq = QuantActs::new(x, rows, self.wq_a.in_features());
-        let qr = rms_norm_rows(&self.wq_a.forward_acts(x, &xq), &self.q_norm, call.norm);
+        let (qr, mut kv) = self.front(x, rows, call.norm);
         let mut q = self.local_q(self.wq_b.forward(&qr, rows), rows);
         for (r, row) in q.chunks_exact_mut((heads * d).max(1)).enumerate() {
             row.chunks_exact_mut(d).for_each(|h| rope_bf16(h, rope, pos0 + r, false));
         }
-        let mut kv = rms_norm_rows(&self.wkv.forward_acts(x, &xq), &self.kv_norm, call.norm);
         for (r, row) in kv.chunks_exact_mut(d).enumerate() {
             rope_bf16(row, rope, pos0 + r, false);
             qdq_fp8_pow2(row, 32);
@@ -100,6 +98,24 @@ impl AttnWeights {
             st.windows[role.layer].put(pos0 + r, kv[r * d..(r + 1) * d].to_vec());
         }
         self.output(self.grouped_out(&o, rows), rows)
+    }
+
+    /// Every row's normed low-rank query and normed KV (`wq_a`, `wkv`), a share of rows per rank under a row share.
+    fn front(&self, x: &[bf16], rows: usize, norm: crate::linear::Norm) -> (Vec<bf16>, Vec<bf16>) {
+        let (dim, ql, d) = (self.wq_a.in_features(), self.wq_a.out_features(), self.head_dim);
+        let both = crate::tp::by_rows(self.sp.as_ref(), rows, ql + d, |own| {
+            let (x, n) = (&x[own.start * dim..own.end * dim], own.len());
+            let xq = QuantActs::new(x, n, dim);
+            let qr = rms_norm_rows(&self.wq_a.forward_acts(x, &xq), &self.q_norm, norm);
+            let kv = rms_norm_rows(&self.wkv.forward_acts(x, &xq), &self.kv_norm, norm);
+            qr.chunks_exact(ql).zip(kv.chunks_exact(d)).flat_map(|(q, k)| q.iter().chain(k).copied()).collect()
+        });
+        let (mut qr, mut kv) = (Vec::with_capacity(rows * ql), Vec::with_capacity(rows * d));
+        for row in both.chunks_exact(ql + d) {
+            qr.extend_from_slice(&row[..ql]);
+            kv.extend_from_slice(&row[ql..]);
+        }
+        (qr, kv)
     }
 
     /// Each row's compressed groups: selected here (index sources), reused, or none for window-only layers.

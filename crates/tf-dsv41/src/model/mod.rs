@@ -45,6 +45,8 @@ pub struct Options {
     pub ep: Option<(usize, usize)>,
     /// With `ep`: each backbone layer's attention heads (whole `wo_a` groups) and `wo_b` rows split over the same ranks.
     pub split_heads: bool,
+    /// With `ep`: calls of at least this many rows (prompt chunks) split their row-local projections over the ranks by rows; 0: off.
+    pub sp_rows: usize,
     /// With `ep`: each rank writes every collective's ready and end times to `rank-<r>.jsonl` here (`tf_collective::Profiled`).
     pub tp_profile: Option<&'static Path>,
 }
@@ -62,6 +64,9 @@ impl PrefillMxfp4 {
     /// TensorFold's adopted threshold: every encoder layer, chunks under 2048 rows (decode, verify windows, short prompts) keep EXL3.
     pub const DEFAULT: PrefillMxfp4 = PrefillMxfp4 { layers: usize::MAX, min_rows: 2048 };
 }
+
+/// Rows from which a tensor-parallel call splits its row-local work by rows: above any verify window, so decode gathers nothing more.
+pub const SP_ROWS: usize = 32;
 
 /// Rows from which EXL3 prompt calls take the GEMM by default: run 15 put the routed experts' crossover near 256 (docs/exl3.md).
 pub const EXL3_PROMPT_MIN_ROWS: usize = 256;
@@ -88,6 +93,7 @@ impl Default for Options {
             exl3_prompt_gemm: None,
             ep: None,
             split_heads: false,
+            sp_rows: SP_ROWS,
             tp_profile: None,
         }
     }

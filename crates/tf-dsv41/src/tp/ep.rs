@@ -38,17 +38,22 @@ impl std::fmt::Debug for SharedComm {
 
 /// Every rank's bf16 values, rank `r` sending `sizes[r]` (every rank knows all sizes, so none travel): one padded `all_gather`.
 fn gather_bf16(comm: &SharedComm, mine: impl Iterator<Item = bf16>, sizes: &[usize], what: &str) -> Vec<Vec<bf16>> {
+    let ranks = gather_f32(comm, mine.map(|v| v.to_f32()).collect(), sizes, what);
+    ranks.into_iter().map(|r| r.into_iter().map(to_bf16).collect()).collect()
+}
+
+/// Every rank's f32 values (bits kept), rank `r` sending `sizes[r]`, which every rank knows: one padded `all_gather`.
+pub(crate) fn gather_f32(comm: &SharedComm, mut send: Vec<f32>, sizes: &[usize], what: &str) -> Vec<Vec<f32>> {
     let max = sizes.iter().copied().max().unwrap_or(0);
     // Every rank computes the same sizes, so all skip together or all gather.
     if max == 0 {
         return vec![Vec::new(); sizes.len()];
     }
-    let mut send: Vec<f32> = mine.map(|v| v.to_f32()).collect();
     send.resize(max, 0.0);
     let mut all = vec![0.0f32; max * sizes.len()];
     comm.with(|c| c.all_gather(&send, &mut all))
         .unwrap_or_else(|e| panic!("tensor parallel: gathering {what} failed: {e}"));
-    all.chunks_exact(max).zip(sizes).map(|(c, &n)| c[..n].iter().map(|&v| to_bf16(v)).collect()).collect()
+    all.chunks_exact(max).zip(sizes).map(|(c, &n)| c[..n].to_vec()).collect()
 }
 
 /// Every expert's output rows (bf16, in `picks(e)` order) on every rank, from this rank's `mine` (its owned experts with picks, in order).

@@ -12,7 +12,7 @@ use tf_collective::InProcessComm;
 pub type Follower = JoinHandle<Result<(), String>>;
 
 impl Model {
-    /// Hands every expert-parallel MoE of this rank its communicator.
+    /// Hands this rank's communicator to every split MoE and attention layer, and to the row shares of long calls.
     pub fn attach_comm(&mut self, comm: &SharedComm) {
         if self.opts.ep.is_some() {
             for b in &mut self.blocks {
@@ -20,6 +20,9 @@ impl Model {
                 if let Some(s) = &mut b.attn.split {
                     s.comm = Some(comm.clone());
                 }
+                let sp = (self.opts.sp_rows > 0)
+                    .then(|| super::RowShare { comm: comm.clone(), min_rows: self.opts.sp_rows });
+                (b.attn.sp, b.ffn.sp) = (sp.clone(), sp);
             }
         }
     }

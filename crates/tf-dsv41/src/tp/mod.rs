@@ -4,10 +4,12 @@ mod budget;
 mod ep;
 mod local;
 pub mod lockstep;
+mod rows;
 
 pub use budget::{Budget, Limits, WeightFormat, budget};
 pub use ep::{SharedComm, gather_cols, gather_experts};
 pub use local::{Follower, load_rank, spawn};
+pub use rows::{RowShare, Wire, by_rows, by_rows_sized};
 
 use crate::Config;
 use crate::inventory::{Param, Store};

@@ -37,6 +37,8 @@ pub struct ServeConfig {
     pub tp: usize,
     /// `--tp-split heads` (the default): attention heads split over the ranks too, not only the routed experts.
     pub tp_split_heads: bool,
+    /// `--tp-sp-rows N`: calls of at least N rows split their row-local work by rows over the ranks (0: off).
+    pub tp_sp_rows: usize,
     /// `--tp-profile DIR`: per-collective timings of every rank, one JSON line each.
     pub tp_profile: Option<PathBuf>,
     /// `--tp-deadline-ms`: longest wait of any collective before lockstep counts as lost (the server then exits 70).
@@ -59,6 +61,7 @@ impl ServeConfig {
             exl3_prompt_gemm: self.exl3_prompt_gemm,
             prefill_mxfp4: self.prefill_mxfp4,
             split_heads: self.tp_split_heads,
+            sp_rows: self.tp_sp_rows,
             tp_profile: self.tp_profile.as_deref().map(|d| &*Box::leak(d.to_path_buf().into_boxed_path())),
             ..tf_dsv41::Options::default()
         }
@@ -110,6 +113,7 @@ impl Default for ServeConfig {
             tp: 1,
             tp_split_heads: true,
             tp_profile: None,
+            tp_sp_rows: tf_dsv41::SP_ROWS,
             tp_deadline_ms: 30_000,
             tp_addr: None,
             tp_rank: 0,

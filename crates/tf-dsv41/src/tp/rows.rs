@@ -1,0 +1,72 @@
+//! Sequence-parallel rows (issue 25): a long call's replicated per-row work split over the ranks by rows, then gathered.
+
+use super::ep::gather_f32;
+use super::{SharedComm, partition};
+use std::ops::Range;
+use tf_core::bf16;
+use tf_core::formats::to_bf16;
+
+/// Values that travel through the f32 `all_gather` with their bits kept.
+pub trait Wire: Copy {
+    fn to_wire(self) -> f32;
+    fn from_wire(v: f32) -> Self;
+}
+
+impl Wire for f32 {
+    fn to_wire(self) -> f32 {
+        self
+    }
+    fn from_wire(v: f32) -> f32 {
+        v
+    }
+}
+
+impl Wire for bf16 {
+    fn to_wire(self) -> f32 {
+        self.to_f32()
+    }
+    fn from_wire(v: f32) -> bf16 {
+        to_bf16(v)
+    }
+}
+
+/// Calls of at least `min_rows` rows run their row-local projections on this rank's rows only (`partition(rows, world)`).
+#[derive(Clone, Debug)]
+pub struct RowShare {
+    pub comm: SharedComm,
+    pub min_rows: usize,
+}
+
+impl RowShare {
+    /// Every rank's rows of a call of `rows`, or `None` where the call is too short to split.
+    fn parts(&self, rows: usize) -> Option<Vec<Range<usize>>> {
+        let world = self.comm.world_size();
+        (world > 1 && rows >= self.min_rows.max(1)).then(|| partition(rows, world))
+    }
+}
+
+/// `f(0..rows)`, each row `width` values; under a row share `f` runs on this rank's rows and every rank's rows are gathered.
+pub fn by_rows<T: Wire>(
+    sp: Option<&RowShare>,
+    rows: usize,
+    width: usize,
+    f: impl FnOnce(Range<usize>) -> Vec<T>,
+) -> Vec<T> {
+    by_rows_sized(sp, rows, &|_| width, f)
+}
+
+/// [`by_rows`] where row `r` has `size(r)` values (every rank computes the same sizes, so none travel).
+pub fn by_rows_sized<T: Wire>(
+    sp: Option<&RowShare>,
+    rows: usize,
+    size: &dyn Fn(usize) -> usize,
+    f: impl FnOnce(Range<usize>) -> Vec<T>,
+) -> Vec<T> {
+    let Some((sp, parts)) = sp.and_then(|sp| sp.parts(rows).map(|p| (sp, p))) else { return f(0..rows) };
+    let mine = parts[sp.comm.rank()].clone();
+    let local = if mine.is_empty() { Vec::new() } else { f(mine) };
+    let sizes: Vec<usize> = parts.iter().map(|p| p.clone().map(size).sum()).collect();
+    assert_eq!(local.len(), sizes[sp.comm.rank()], "a row share's rows have the sizes every rank expects");
+    let ranks = gather_f32(&sp.comm, local.into_iter().map(Wire::to_wire).collect(), &sizes, "sequence-parallel rows");
+    ranks.into_iter().flatten().map(T::from_wire).collect()
+}
