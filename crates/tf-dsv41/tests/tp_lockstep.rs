@@ -36,7 +36,7 @@ fn script<F: Family>(f: &F, vocab: u32, len: usize) -> Vec<Vec<f32>> {
     let prompt: Vec<u32> = (0..len as u32).map(|j| (j * 97 + 5) % (vocab - 4) + 4).collect();
     let mut lane = f.new_lane().unwrap();
     let chunks: Vec<&[u32]> = prompt.chunks(13).collect();
-    let mut rows = Vec::new();
+    let (mut rows, mut drafts) = (Vec::new(), Vec::new());
     for (i, c) in chunks.iter().enumerate() {
         rows.extend(f.prefill(&mut lane, c, i + 1 == chunks.len()).unwrap());
     }
@@ -50,11 +50,16 @@ fn script<F: Family>(f: &F, vocab: u32, len: usize) -> Vec<Vec<f32>> {
         } else {
             rows.extend(f.decode(&mut lane, &[t]).unwrap());
         }
+        // Drafts (tokens and confidences) join the compared rows: the head and Markov head may be split by vocabulary.
+        if let Some(d) = f.draft(&mut lane, argmax(rows.last().unwrap()), 5).unwrap() {
+            drafts.push(d.tokens.iter().map(|&t| t as f32).chain(d.confidence).collect());
+        }
     }
     let fork = f.fork(&lane).unwrap();
     drop(lane);
     let mut fork = fork;
     rows.extend(f.decode(&mut fork, &[3]).unwrap());
+    rows.extend(drafts);
     rows
 }
 
@@ -101,6 +106,9 @@ fn tiny_tp_with_split_heads_equals_one_rank_bit_for_bit() {
     assert_eq!(b.sink.len() * 2, a.sink.len(), "rank 1 of 2 holds half the heads");
     assert_eq!(b.wq_b.out_features() * 2, a.wq_b.out_features());
     assert!(b.wo_b.out_features() < a.wo_b.out_features() && b.wo_a.len() * 2 == a.wo_a.len());
+    assert_eq!(half.head.out * 2, whole.head.out, "and half the vocabulary's head rows");
+    let markov = |m: &Model| m.dspark.as_ref().expect("tiny drafts").markov_head.out;
+    assert_eq!(markov(&half) * 2, markov(&whole));
     check(dir(TinyKind::Tiny), &[1, 2, 3, 8], true);
     check(tiny_top4(), &[4], true);
 }

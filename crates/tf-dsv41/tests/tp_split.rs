@@ -67,9 +67,15 @@ fn attention_heads_split_and_small_tensors_stay_whole() {
     assert_eq!(part(&cfg, 3, 2, ExpertSplit::Width, get("layers.5.attn.wo_b.weight")), Part::Rows(106 * 32..5120));
     let lockstep = |n: &str| part(&cfg, 3, 2, ExpertSplit::ExpertsAndHeads, get(n));
     assert_eq!(lockstep("layers.5.attn.wq_b.weight"), Part::Rows(40 * 512..64 * 512), "`tf serve --tp 3` splits heads");
-    assert_eq!(lockstep("mtp.0.attn.wq_b.weight"), Part::Whole, "DSpark stages draft on rank 0 alone");
+    assert_eq!(lockstep("mtp.0.attn.wq_b.weight"), Part::Whole, "DSpark stages stay whole on every rank");
     assert_eq!(lockstep("layers.5.attn.wkv.weight"), Part::Whole);
-    assert_eq!(lockstep("head.weight"), Part::Whole);
+    let vocab = cfg.vocab_size;
+    assert_eq!(lockstep("head.weight"), Part::Rows(86_186..vocab), "129,280 ids: 43,093 / 43,093 / 43,094");
+    assert_eq!(lockstep("embed.weight"), lockstep("head.weight"));
+    let last = format!("mtp.{}.", cfg.n_mtp_layers - 1);
+    assert_eq!(lockstep(&format!("{last}markov_head.head.weight")), lockstep("head.weight"));
+    let table = lockstep(&format!("{last}markov_head.embed.weight"));
+    assert_eq!(table, Part::Whole, "the Markov table is read a row at a time");
     assert_eq!(part(&cfg, 4, 1, ExpertSplit::Width, get("layers.5.attn.wkv.weight")), Part::Whole);
     assert_eq!(part(&cfg, 4, 1, ExpertSplit::Width, get("layers.5.ffn.gate.weight")), Part::Whole);
     let w2 = part(&cfg, 8, 7, ExpertSplit::Width, get("layers.5.ffn.experts.17.w2.weight"));

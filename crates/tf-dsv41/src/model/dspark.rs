@@ -103,7 +103,7 @@ impl Model {
         let (hc, dim) = (self.cfg.hc_mult, self.cfg.dim);
         let y = s.collapse(hc, dim);
         let normed: Vec<f32> = rms_norm_rows(&y, &ds.norm, self.cfg.norm()).iter().map(|v| v.to_f32()).collect();
-        let logits = self.head.forward_f32(&normed, block);
+        let logits = self.head_rows(&normed, block);
         let vocab = self.cfg.vocab_size;
         let mut out = vec![next];
         let mut confidence = Vec::with_capacity(block);
@@ -112,6 +112,7 @@ impl Model {
             let e = &ds.markov_embed[out[i] as usize * ds.rank..(out[i] as usize + 1) * ds.rank];
             let ef: Vec<f32> = e.iter().map(|v| v.to_f32()).collect();
             let bias = ds.markov_head.forward_f32(&ef, 1);
+            let bias = if let Some(v) = &self.vocab { v.logits(&bias, 1) } else { bias };
             let row: Vec<f32> = logits[i * vocab..(i + 1) * vocab].iter().zip(&bias).map(|(a, b)| a + b).collect();
             out.push(argmax(&row));
             let cat: Vec<f32> = y[i * dim..(i + 1) * dim].iter().map(|v| v.to_f32()).chain(ef).collect();

@@ -133,17 +133,21 @@ impl Model {
     pub(crate) fn embed_rows(&self, tokens: &[u32]) -> tf_core::Result<Streams> {
         let (hc, dim) = (self.cfg.hc_mult, self.cfg.dim);
         let bytes = self.embed.bytes();
-        let mut x = Vec::with_capacity(tokens.len() * hc * dim);
-        for &t in tokens {
-            if t as usize >= self.cfg.vocab_size {
-                return Err(Error::Invalid(format!(
-                    "token id {t} is outside the vocabulary of {}",
-                    self.cfg.vocab_size
-                )));
-            }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(Error::Invalid(format!("token id {t} is outside the vocabulary of {}", self.cfg.vocab_size)));
+        }
+        let row = |t: u32| -> Vec<bf16> {
             let row = &bytes[t as usize * dim * 2..(t as usize + 1) * dim * 2];
-            let h: Vec<bf16> = row.chunks_exact(2).map(|b| bf16::from_bits(u16::from_le_bytes([b[0], b[1]]))).collect();
-            (0..hc).for_each(|_| x.extend_from_slice(&h));
+            row.chunks_exact(2).map(|b| bf16::from_bits(u16::from_le_bytes([b[0], b[1]]))).collect()
+        };
+        // Under a vocabulary split each rank reads only its own ids' rows of the mapped table.
+        let rows = match &self.vocab {
+            Some(v) => v.embed(tokens, dim, row),
+            None => tokens.iter().flat_map(|&t| row(t)).collect(),
+        };
+        let mut x = Vec::with_capacity(tokens.len() * hc * dim);
+        for h in rows.chunks_exact(dim) {
+            (0..hc).for_each(|_| x.extend_from_slice(h));
         }
         let mut onehot = vec![0.0f32; hc];
         onehot[0] = 1.0;
@@ -176,7 +180,16 @@ impl Model {
         let normed: Vec<f32> =
             rms_norm_rows(&collapsed, &self.norm, self.cfg.norm()).iter().map(|v| v.to_f32()).collect();
         let rows = s.pre.len();
-        self.head.forward_f32(&normed, rows).chunks_exact(self.cfg.vocab_size).map(<[f32]>::to_vec).collect()
+        self.head_rows(&normed, rows).chunks_exact(self.cfg.vocab_size).map(<[f32]>::to_vec).collect()
+    }
+
+    /// The head's f32 logits of `rows` normed rows, every rank's vocabulary share gathered under a vocabulary split.
+    pub(crate) fn head_rows(&self, normed: &[f32], rows: usize) -> Vec<f32> {
+        let local = self.head.forward_f32(normed, rows);
+        match &self.vocab {
+            Some(v) => v.logits(&local, rows),
+            None => local,
+        }
     }
 
     /// Feeds one prompt chunk; on the `last` chunk returns the logits of the prompt's final row.

@@ -110,6 +110,8 @@ pub struct Model {
     pub hasher: Option<NgramHasher>,
     pub dspark: Option<DSparkHeads>,
     pub opts: Options,
+    /// With `ep` and `split_heads`: this rank's share of the vocabulary (the embedding, head and Markov head rows it holds).
+    pub vocab: Option<crate::tp::VocabSplit>,
 }
 
 /// The file a checkpoint may carry with its own compressed token map (LE u32 per token id).
@@ -210,18 +212,28 @@ impl Model {
         } else {
             None
         };
+        let vocab = opts.ep.filter(|_| opts.split_heads).map(|(r, w)| crate::tp::VocabSplit::new(cfg.vocab_size, r, w));
+        let mut head = load_head(ck, &cfg)?;
+        let mut dspark = dspark;
+        if let Some(v) = &vocab {
+            head = v.narrow(&head);
+            if let Some(ds) = &mut dspark {
+                ds.markov_head = v.narrow(&ds.markov_head);
+            }
+        }
         let embed = ck.get("embed.weight")?;
         expect_dtype("embed.weight", &embed, &[DType::BF16])?;
         expect_shape("embed.weight", &embed, &[cfg.vocab_size, cfg.dim])?;
         Ok(Model {
             norm: load_bf16_vec(ck, "norm.weight", cfg.dim)?,
-            head: load_head(ck, &cfg)?,
+            head,
             ropes: [Rope::new(&cfg, RopeKind::Plain), Rope::new(&cfg, RopeKind::Yarn)],
             blocks,
             embed,
             hasher,
             dspark,
             opts,
+            vocab,
             cfg,
         })
     }

@@ -1,6 +1,7 @@
 //! Expert parallel (issue 25): each rank runs its own routed experts; every rank gathers all outputs and sums them in expert order.
 
 use super::partition;
+use super::rows::Wire;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use tf_collective::Comm;
@@ -81,21 +82,22 @@ pub fn gather_experts(
 }
 
 /// Every row whole again from each rank's column share: rank `r` holds columns `parts[r]` (in units of `unit`) of all `rows`.
-pub fn gather_cols(
+pub fn gather_cols<T: Wire + Default>(
     comm: &SharedComm,
-    local: &[bf16],
+    local: &[T],
     rows: usize,
     parts: &[std::ops::Range<usize>],
     unit: usize,
-) -> Vec<bf16> {
+) -> Vec<T> {
     let width = parts.last().map_or(0, |p| p.end) * unit;
     let sizes: Vec<usize> = parts.iter().map(|p| p.len() * unit * rows).collect();
-    let ranks = gather_bf16(comm, local.iter().copied(), &sizes, "attention outputs");
-    let mut out = vec![bf16::ZERO; rows * width];
+    let ranks = gather_f32(comm, local.iter().map(|v| v.to_wire()).collect(), &sizes, "column shares");
+    let mut out = vec![T::default(); rows * width];
     for (part, got) in parts.iter().zip(ranks) {
         let n = part.len() * unit;
         for (row, src) in got.chunks_exact(n.max(1)).enumerate() {
-            out[row * width + part.start * unit..row * width + part.end * unit].copy_from_slice(src);
+            let dst = &mut out[row * width + part.start * unit..row * width + part.end * unit];
+            dst.iter_mut().zip(src).for_each(|(d, &v)| *d = T::from_wire(v));
         }
     }
     out

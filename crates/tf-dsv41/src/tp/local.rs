@@ -24,6 +24,9 @@ impl Model {
                     .then(|| super::RowShare { comm: comm.clone(), min_rows: self.opts.sp_rows });
                 (b.attn.sp, b.ffn.sp) = (sp.clone(), sp);
             }
+            if let Some(v) = &mut self.vocab {
+                v.comm = Some(comm.clone());
+            }
         }
     }
 }

@@ -18,6 +18,7 @@ enum Frame {
     Decode { id: u64, tokens: Vec<u32> },
     Verify { id: u64, tokens: Vec<u32> },
     Rewind { id: u64, keep: usize },
+    Draft { id: u64, next: u32 },
     Stop,
 }
 
@@ -37,13 +38,22 @@ fn apply(model: &Model, lanes: &mut HashMap<u64, SeqState>, frame: &Frame) -> Re
         Frame::NewLane { id } => (*id, model.new_state()),
         Frame::Fork { src, dst } => (*dst, lanes.get(src).ok_or_else(|| missing(*src))?.clone()),
         Frame::Stop => return Ok(None),
-        Frame::Prefill { id, .. } | Frame::Decode { id, .. } | Frame::Verify { id, .. } | Frame::Rewind { id, .. } => {
+        Frame::Prefill { id, .. }
+        | Frame::Decode { id, .. }
+        | Frame::Verify { id, .. }
+        | Frame::Rewind { id, .. }
+        | Frame::Draft { id, .. } => {
             let st = lanes.get_mut(id).ok_or_else(|| missing(*id))?;
             let out = match frame {
                 Frame::Prefill { tokens, last, .. } => model.prefill(st, tokens, *last).map(|l| l.map(|l| vec![l])),
                 Frame::Decode { tokens, .. } => model.decode(st, tokens).map(Some),
                 Frame::Verify { tokens, .. } => model.verify(st, tokens).map(Some),
                 Frame::Rewind { keep, .. } => model.rewind(st, *keep).map(|()| None),
+                // Drafts travel as two rows: the tokens (exact in f32) and their confidences.
+                Frame::Draft { next, .. } => model
+                    .draft(st, *next)
+                    .map_err(Error::from)
+                    .map(|d| Some(vec![d.tokens.iter().map(|&t| t as f32).collect(), d.confidence])),
                 _ => unreachable!("matched above"),
             };
             return out.map_err(|e| e.to_string());
@@ -188,11 +198,12 @@ impl Leader {
         self.call(Frame::Rewind { id: lane.id, keep }).map(drop)
     }
 
-    /// Drafts on the leader alone: DSpark stages read only the lane's rings, which every rank fills alike.
+    /// Drafts on every rank: the head and Markov head may be split by vocabulary, and the DSpark stages read rings every rank fills alike.
     pub(crate) fn draft(&self, lane: &TpLane, next: u32) -> Result<crate::model::Drafts, Error> {
-        let mut lanes = self.lanes.lock();
-        let st = lanes.get_mut(&lane.id).ok_or_else(|| Error::Refused(format!("lockstep: no lane {}", lane.id)))?;
-        Ok(self.model.draft(st, next)?)
+        let rows = self.call(Frame::Draft { id: lane.id, next })?.unwrap_or_default();
+        let [tokens, confidence]: [Vec<f32>; 2] =
+            rows.try_into().map_err(|_| Error::Refused("lockstep: a draft frame returned no drafts".into()))?;
+        Ok(crate::model::Drafts { tokens: tokens.iter().map(|&t| t as u32).collect(), confidence })
     }
 }
 
