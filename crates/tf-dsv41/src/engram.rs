@@ -17,6 +17,8 @@ pub struct EngramGate {
     pub weight: Vec<f32>,
     pub hc: usize,
     pub dim: usize,
+    /// Tensor parallel with heads split: this rank reads only its share of the table's rows; the rest are gathered.
+    pub split: Option<crate::tp::TableSplit>,
 }
 
 impl std::fmt::Debug for EngramGate {
@@ -56,7 +58,7 @@ impl EngramGate {
         let q = Dense::load(ck, &format!("{p}q_weight"), hc, dim)?.w;
         let k = Dense::load(ck, &format!("{p}k_weight"), hc, dim)?.w;
         let weight = q.iter().zip(&k).map(|(a, b)| a * b).collect();
-        Ok(EngramGate { table, wkv, weight, hc, dim })
+        Ok(EngramGate { table, wkv, weight, hc, dim, split: None })
     }
 
     /// Adds the gated value to every stream of each row; `live[r] == false` (image tokens) shuts the gate.
@@ -93,6 +95,12 @@ impl EngramGate {
         if e.len() != ids.len() * width {
             return Err(Error::Invalid(format!("engram rows: {} values for {} rows of {width}", e.len(), ids.len())));
         }
+        if let Some(split) = &self.split {
+            let flat: Vec<u64> = ids.iter().flat_map(|r| r.as_ref().iter().copied()).collect();
+            let rows = split.rows(&flat, self.table.dim(), |mine| self.read(mine, ahead)).map_err(Error::Invalid)?;
+            e.copy_from_slice(&rows);
+            return Ok(());
+        }
         for (row_ids, out) in ids.iter().zip(e.chunks_exact_mut(width.max(1))) {
             // Rows fetched ahead serve this call; rows from earlier chunks (the replay pass) come from the table.
             let got = ahead.map_or(Err(()), |a| a.gather(row_ids.as_ref(), out).map_err(|_| ()));
@@ -101,6 +109,17 @@ impl EngramGate {
             }
         }
         Ok(())
+    }
+}
+
+impl EngramGate {
+    /// The rows of `ids`, from `ahead` when it holds them all, else from the table.
+    fn read(&self, ids: &[u64], ahead: Option<&ChunkRows>) -> std::result::Result<Vec<bf16>, String> {
+        let mut out = vec![bf16::ZERO; ids.len() * self.table.dim()];
+        if ahead.is_none_or(|a| a.gather(ids, &mut out).is_err()) {
+            self.table.gather(ids, &mut out).map_err(|e| e.to_string())?;
+        }
+        Ok(out)
     }
 }
 

@@ -109,6 +109,13 @@ fn tiny_tp_with_split_heads_equals_one_rank_bit_for_bit() {
     assert_eq!(half.head.out * 2, whole.head.out, "and half the vocabulary's head rows");
     let markov = |m: &Model| m.dspark.as_ref().expect("tiny drafts").markov_head.out;
     assert_eq!(markov(&half) * 2, markov(&whole));
+    let engram = half.blocks.iter().find_map(|b| b.engram.as_ref()).expect("tiny has Engram layers");
+    let rows = engram.table.rows() as usize;
+    assert_eq!(
+        engram.split.as_ref().map(|t| t.mine()),
+        Some(rows / 2..rows),
+        "and the second half of each Engram table"
+    );
     check(dir(TinyKind::Tiny), &[1, 2, 3, 8], true);
     check(tiny_top4(), &[4], true);
 }

@@ -76,6 +76,10 @@ fn attention_heads_split_and_small_tensors_stay_whole() {
     assert_eq!(lockstep(&format!("{last}markov_head.head.weight")), lockstep("head.weight"));
     let table = lockstep(&format!("{last}markov_head.embed.weight"));
     assert_eq!(table, Part::Whole, "the Markov table is read a row at a time");
+    let engram = ps.iter().find(|p| p.name.ends_with(".engram.embed.weight")).expect("Engram tables");
+    assert!(
+        matches!(part(&cfg, 3, 2, ExpertSplit::ExpertsAndHeads, engram), Part::Rows(r) if r.end > r.start && r.start > 0)
+    );
     assert_eq!(part(&cfg, 4, 1, ExpertSplit::Width, get("layers.5.attn.wkv.weight")), Part::Whole);
     assert_eq!(part(&cfg, 4, 1, ExpertSplit::Width, get("layers.5.ffn.gate.weight")), Part::Whole);
     let w2 = part(&cfg, 8, 7, ExpertSplit::Width, get("layers.5.ffn.experts.17.w2.weight"));

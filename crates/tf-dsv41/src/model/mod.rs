@@ -111,7 +111,7 @@ pub struct Model {
     pub dspark: Option<DSparkHeads>,
     pub opts: Options,
     /// With `ep` and `split_heads`: this rank's share of the vocabulary (the embedding, head and Markov head rows it holds).
-    pub vocab: Option<crate::tp::VocabSplit>,
+    pub vocab: Option<crate::tp::TableSplit>,
 }
 
 /// The file a checkpoint may carry with its own compressed token map (LE u32 per token id).
@@ -191,6 +191,9 @@ impl Model {
         if let (Some((rank, world)), true) = (opts.ep, opts.split_heads) {
             for b in &mut blocks {
                 b.attn.split_heads(rank, world, &format!("layers.{}.", b.role.layer))?;
+                if let Some(g) = &mut b.engram {
+                    g.split = Some(crate::tp::TableSplit::new(g.table.rows() as usize, rank, world));
+                }
             }
         }
         if let Some(p) = opts.prefill_mxfp4 {
@@ -212,7 +215,7 @@ impl Model {
         } else {
             None
         };
-        let vocab = opts.ep.filter(|_| opts.split_heads).map(|(r, w)| crate::tp::VocabSplit::new(cfg.vocab_size, r, w));
+        let vocab = opts.ep.filter(|_| opts.split_heads).map(|(r, w)| crate::tp::TableSplit::new(cfg.vocab_size, r, w));
         let mut head = load_head(ck, &cfg)?;
         let mut dspark = dspark;
         if let Some(v) = &vocab {

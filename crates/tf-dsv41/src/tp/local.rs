@@ -23,6 +23,9 @@ impl Model {
                 let sp = (self.opts.sp_rows > 0)
                     .then(|| super::RowShare { comm: comm.clone(), min_rows: self.opts.sp_rows });
                 (b.attn.sp, b.ffn.sp) = (sp.clone(), sp);
+                if let Some(t) = b.engram.as_mut().and_then(|g| g.split.as_mut()) {
+                    t.comm = Some(comm.clone());
+                }
             }
             if let Some(v) = &mut self.vocab {
                 v.comm = Some(comm.clone());

@@ -5,13 +5,13 @@ mod ep;
 mod local;
 pub mod lockstep;
 mod rows;
-mod vocab;
+mod table;
 
 pub use budget::{Budget, Limits, WeightFormat, budget};
 pub use ep::{SharedComm, gather_cols, gather_experts};
 pub use local::{Follower, load_rank, spawn};
 pub use rows::{RowShare, Wire, by_rows, by_rows_sized};
-pub use vocab::VocabSplit;
+pub use table::TableSplit;
 
 use crate::Config;
 use crate::inventory::{Param, Store};
@@ -30,7 +30,7 @@ pub enum ExpertSplit {
     Whole,
     /// `tf serve --tp --tp-split experts`: the backbone's routed experts whole per rank, every other parameter whole on every rank.
     ExpertsOnly,
-    /// What `tf serve --tp` runs by default: `ExpertsOnly` plus the backbone's attention heads, `wo_a` groups and `wo_b` rows, and the embedding, head and Markov head by vocabulary.
+    /// What `tf serve --tp` runs by default: `ExpertsOnly` plus the backbone's attention heads, `wo_a` groups and `wo_b` rows, the embedding, head and Markov head by vocabulary, and Engram rows.
     ExpertsAndHeads,
 }
 
@@ -81,8 +81,10 @@ pub fn out_rows(n: usize, world: usize) -> Vec<Range<usize>> {
 /// The part of `p` that rank `rank` of `world` holds.
 pub fn part(cfg: &Config, world: usize, rank: usize, experts: ExpertSplit, p: &Param) -> Part {
     let name = p.name.as_str();
-    let by_vocab = name == "embed.weight" || name == "head.weight" || name.ends_with(".markov_head.head.weight");
-    if experts == ExpertSplit::ExpertsAndHeads && by_vocab {
+    let tables = ["embed.weight", "head.weight"].contains(&name)
+        || name.ends_with(".markov_head.head.weight")
+        || name.ends_with(".engram.embed.weight");
+    if experts == ExpertSplit::ExpertsAndHeads && tables {
         return part(cfg, world, rank, ExpertSplit::Whole, p);
     }
     if experts == ExpertSplit::ExpertsAndHeads && name.starts_with("layers.") && name.contains(".attn.") {
