@@ -188,7 +188,7 @@ impl Family for crate::cuda::GpuModel {
     dsv41_read_ahead!(crate::cuda::GpuModel);
 }
 
-impl Family for crate::tp::lockstep::Leader {
+impl<F: crate::tp::lockstep::Rank> Family for crate::tp::lockstep::Leader<F> {
     type Lane = crate::tp::lockstep::TpLane;
     type Error = Error;
     type Prefetch = ();
@@ -202,15 +202,15 @@ impl Family for crate::tp::lockstep::Leader {
     }
 
     fn vocab_size(&self) -> usize {
-        self.model.cfg.vocab_size
+        self.model.vocab_size()
     }
 
     fn eos_token(&self) -> u32 {
-        self.model.cfg.eos_token_id
+        self.model.eos_token()
     }
 
     fn max_context(&self) -> usize {
-        self.model.cfg.max_seq_len
+        self.model.max_context()
     }
 
     fn prefill(&self, lane: &mut Self::Lane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, Error> {
@@ -229,7 +229,8 @@ impl Family for crate::tp::lockstep::Leader {
         if !self.drafts() || max == 0 {
             return Ok(None);
         }
-        Ok(Some(first_drafts(crate::tp::lockstep::Leader::draft(self, lane, next)?, max)))
+        let d = crate::tp::lockstep::Leader::draft(self, lane, next)?;
+        Ok(d.map(|d| first_drafts(crate::model::Drafts { tokens: d.tokens, confidence: d.confidence }, max)))
     }
 
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {

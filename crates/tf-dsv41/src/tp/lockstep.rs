@@ -1,13 +1,13 @@
 //! Lockstep (issue 25): rank 0 runs the lane host and broadcasts each call as a frame; every rank runs it and reports.
 
 use super::SharedComm;
-use crate::state::SeqState;
 use crate::{Error, Model};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use tf_family::Family;
 
 /// One call every rank runs on its copy of a lane.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -31,12 +31,18 @@ struct Msg {
 
 type Rows = Option<Vec<Vec<f32>>>;
 
+/// One rank's model: any backend's dsv41 family (the CPU model, a GPU model).
+pub trait Rank: Family<Error = Error> {}
+impl<F: Family<Error = Error>> Rank for F {}
+
 /// Runs `frame` on one rank's lanes; the logits of prefill, decode and verify. A refused step keeps its lane as the step left it.
-fn apply(model: &Model, lanes: &mut HashMap<u64, SeqState>, frame: &Frame) -> Result<Rows, String> {
+fn apply<F: Rank>(model: &F, lanes: &mut HashMap<u64, F::Lane>, frame: &Frame) -> Result<Rows, String> {
     let missing = |id: u64| format!("lockstep: no lane {id} on this rank");
     let (id, st) = match frame {
-        Frame::NewLane { id } => (*id, model.new_state()),
-        Frame::Fork { src, dst } => (*dst, lanes.get(src).ok_or_else(|| missing(*src))?.clone()),
+        Frame::NewLane { id } => (*id, model.new_lane().map_err(|e| e.to_string())?),
+        Frame::Fork { src, dst } => {
+            (*dst, model.fork(lanes.get(src).ok_or_else(|| missing(*src))?).map_err(|e| e.to_string())?)
+        }
         Frame::Stop => return Ok(None),
         Frame::Prefill { id, .. }
         | Frame::Decode { id, .. }
@@ -51,9 +57,8 @@ fn apply(model: &Model, lanes: &mut HashMap<u64, SeqState>, frame: &Frame) -> Re
                 Frame::Rewind { keep, .. } => model.rewind(st, *keep).map(|()| None),
                 // Drafts travel as two rows: the tokens (exact in f32) and their confidences.
                 Frame::Draft { next, .. } => model
-                    .draft(st, *next)
-                    .map_err(Error::from)
-                    .map(|d| Some(vec![d.tokens.iter().map(|&t| t as f32).collect(), d.confidence])),
+                    .draft(st, *next, usize::MAX)
+                    .map(|d| d.map(|d| vec![d.tokens.iter().map(|&t| t as f32).collect(), d.confidence])),
                 _ => unreachable!("matched above"),
             };
             return out.map_err(|e| e.to_string());
@@ -64,7 +69,7 @@ fn apply(model: &Model, lanes: &mut HashMap<u64, SeqState>, frame: &Frame) -> Re
 }
 
 /// `apply`, with a panic (a failed collective inside the forward) turned into this rank's refusal.
-fn run(model: &Model, lanes: &mut HashMap<u64, SeqState>, frame: &Frame) -> Result<Rows, String> {
+fn run<F: Rank>(model: &F, lanes: &mut HashMap<u64, F::Lane>, frame: &Frame) -> Result<Rows, String> {
     catch_unwind(AssertUnwindSafe(|| apply(model, lanes, frame)))
         .unwrap_or_else(|p| Err(p.downcast_ref::<String>().cloned().unwrap_or_else(|| "a rank panicked".into())))
 }
@@ -78,7 +83,7 @@ fn verdicts(comm: &SharedComm, ok: bool) -> Result<Vec<bool>, String> {
 }
 
 /// A follower rank: runs the leader's frames until `Stop`; an error means the group is lost (the caller exits 70).
-pub fn follow(model: &Model, comm: &SharedComm) -> Result<(), String> {
+pub fn follow<F: Rank>(model: &F, comm: &SharedComm) -> Result<(), String> {
     let mut lanes = HashMap::new();
     loop {
         let mut bytes = Vec::new();
@@ -96,10 +101,10 @@ pub fn follow(model: &Model, comm: &SharedComm) -> Result<(), String> {
 }
 
 /// Rank 0 of a tensor-parallel group as one model family: each call runs on every rank in lockstep.
-pub struct Leader {
-    pub model: Model,
+pub struct Leader<F: Rank = Model> {
+    pub model: F,
     comm: SharedComm,
-    lanes: Mutex<HashMap<u64, SeqState>>,
+    lanes: Mutex<HashMap<u64, F::Lane>>,
     next_id: Mutex<u64>,
     freed: Arc<Mutex<Vec<u64>>>,
     lost: Mutex<Option<String>>,
@@ -119,8 +124,8 @@ impl Drop for TpLane {
     }
 }
 
-impl Leader {
-    pub fn new(model: Model, comm: SharedComm) -> Leader {
+impl<F: Rank> Leader<F> {
+    pub fn new(model: F, comm: SharedComm) -> Leader<F> {
         Leader {
             model,
             comm,
@@ -199,15 +204,15 @@ impl Leader {
     }
 
     /// Drafts on every rank: the head and Markov head may be split by vocabulary, and the DSpark stages read rings every rank fills alike.
-    pub(crate) fn draft(&self, lane: &TpLane, next: u32) -> Result<crate::model::Drafts, Error> {
-        let rows = self.call(Frame::Draft { id: lane.id, next })?.unwrap_or_default();
+    pub(crate) fn draft(&self, lane: &TpLane, next: u32) -> Result<Option<tf_family::Draft>, Error> {
+        let Some(rows) = self.call(Frame::Draft { id: lane.id, next })? else { return Ok(None) };
         let [tokens, confidence]: [Vec<f32>; 2] =
             rows.try_into().map_err(|_| Error::Refused("lockstep: a draft frame returned no drafts".into()))?;
-        Ok(crate::model::Drafts { tokens: tokens.iter().map(|&t| t as u32).collect(), confidence })
+        Ok(Some(tf_family::Draft { tokens: tokens.iter().map(|&t| t as u32).collect(), confidence }))
     }
 }
 
-impl Drop for Leader {
+impl<F: Rank> Drop for Leader<F> {
     fn drop(&mut self) {
         if self.lost.lock().is_none() {
             let mut bytes =
