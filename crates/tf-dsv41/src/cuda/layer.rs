@@ -100,6 +100,10 @@ pub struct GMoe {
     /// `--prefill-experts mxfp4`: the MXFP4 copies of the routed experts (w1, w2, w3), for calls of at least `min_rows` rows.
     pub prefill: Option<([Experts4; 3], usize)>,
     pub topk: usize,
+    /// Routed experts of the layer (this rank may hold a share: `ep`).
+    pub experts: usize,
+    /// Expert parallel: this rank holds `ep.parts[ep.rank]` of the routed experts.
+    pub ep: Option<super::GEp>,
     pub route_scale: f32,
     pub norm_topk: bool,
     pub limit: f32,
@@ -132,6 +136,12 @@ impl GMoe {
             w3,
             shared,
             topk: m.topk,
+            experts: m.gate.out,
+            ep: m.ep.as_ref().map(|comm| super::GEp {
+                rank: comm.rank(),
+                parts: crate::tp::partition(m.gate.out, comm.world_size()),
+                comm: comm.clone(),
+            }),
             route_scale: m.route_scale,
             norm_topk: m.norm_topk,
             limit: m.limit,

@@ -8,6 +8,7 @@ pub mod lane;
 pub mod layer;
 pub mod model;
 mod moe;
+mod moe_ep;
 pub mod ops;
 #[cfg(feature = "testkit")]
 mod probe;
@@ -18,6 +19,7 @@ pub mod weights;
 
 pub use lane::GpuLane;
 pub use model::{GpuModel, open_gpu};
+pub use moe_ep::GEp;
 #[cfg(feature = "testkit")]
 pub use probe::ProbeRow;
 #[cfg(feature = "testkit")]

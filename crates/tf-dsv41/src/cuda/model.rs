@@ -100,8 +100,8 @@ impl GpuModel {
 
     /// Uploads `cpu`'s weights and keeps only its Engram hasher and tables; the host model is dropped.
     pub fn from_cpu(mut cpu: Model, gpu: &'static Gpu) -> Result<GpuModel, Error> {
-        if cpu.opts.ep.is_some() {
-            let what = "tensor parallel runs on the CPU only until the NCCL ranks exist".to_string();
+        if cpu.opts.ep.is_some() && cpu.opts.split_heads {
+            let what = "GPU ranks split the routed experts only: run them with --tp-split experts".to_string();
             return Err(Error::Launch { op: "uploading a tensor-parallel rank", what });
         }
         let gemv = if cpu.opts.exl3_fast { Exl3Kernels::Fast } else { Exl3Kernels::Exact };

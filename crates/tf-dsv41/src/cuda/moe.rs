@@ -10,7 +10,7 @@ impl GpuModel {
     /// The MoE of `rows` normed bf16 rows; bf16 `[rows, dim]`.
     pub(crate) fn moe(&self, m: &GMoe, x: &Buf, rows: usize) -> Result<Buf, Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
-        let (dim, inter, topk, experts) = (cfg.dim, cfg.moe_inter_dim, m.topk, m.w1.len());
+        let (dim, inter, topk, experts) = (cfg.dim, cfg.moe_inter_dim, m.topk, m.experts);
         let logits = self.phase("moe: gate", || m.gate.forward(gpu, x, Io::Bf16, Io::F32, rows, 1))?;
         let (mut ids, mut wts) = (gpu.pool().take(rows * topk * 4)?, gpu.pool().take(rows * topk * 4)?);
         ops::route(
@@ -33,10 +33,13 @@ impl GpuModel {
             Some((copies, min_rows)) if rows >= *min_rows => [&copies[0], &copies[1], &copies[2]],
             _ => [&m.w1, &m.w2, &m.w3],
         };
-        if let (Some(s), Some(_), Some(_)) = (w1.shared_row(), w2.shared_row(), w3.shared_row()) {
+        if let (Some(s), Some(_), Some(_), None) = (w1.shared_row(), w2.shared_row(), w3.shared_row(), &m.ep) {
             return self.moe_joined(m, (&ids, &wts), &xq, s);
         }
         let down = self.phase("moe: routed experts", || {
+            if let Some(ep) = &m.ep {
+                return self.routed_ep(m, ep, x, (&ids, &wts), rows);
+            }
             let g = w1.routed(gpu, &ids, &xq, topk, true, pairs)?;
             let u = w3.routed(gpu, &ids, &xq, topk, true, pairs)?;
             let mut h = gpu.pool().take(pairs * inter * 2)?;

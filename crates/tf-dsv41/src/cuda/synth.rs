@@ -218,6 +218,8 @@ impl GpuModel {
                 shared: [g.lin8(sinter, dim)?, g.lin8(dim, sinter)?, g.lin8(sinter, dim)?],
                 prefill: None,
                 topk,
+                experts,
+                ep: None,
                 route_scale: cfg.route_scale,
                 norm_topk: cfg.norm_topk_prob,
                 limit: cfg.swiglu_limit,

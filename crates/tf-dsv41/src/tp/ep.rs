@@ -57,6 +57,20 @@ pub(crate) fn gather_f32(comm: &SharedComm, mut send: Vec<f32>, sizes: &[usize],
     all.chunks_exact(max).zip(sizes).map(|(c, &n)| c[..n].to_vec()).collect()
 }
 
+/// Every item's `dim` values in item order, item `i` sent by rank `owners[i]` (all ranks know every owner, so no sizes travel); `mine`: this rank's items in order.
+pub fn gather_owned<T: Wire>(comm: &SharedComm, owners: &[usize], dim: usize, mine: Vec<T>) -> Vec<T> {
+    let world = comm.world_size();
+    let sizes: Vec<usize> = (0..world).map(|r| owners.iter().filter(|&&o| o == r).count() * dim).collect();
+    let ranks = gather_f32(comm, mine.into_iter().map(Wire::to_wire).collect(), &sizes, "owned rows");
+    let mut at = vec![0; world];
+    let mut out = Vec::with_capacity(owners.len() * dim);
+    for &r in owners {
+        out.extend(ranks[r][at[r]..at[r] + dim].iter().map(|&v| T::from_wire(v)));
+        at[r] += dim;
+    }
+    out
+}
+
 /// Every expert's output rows (bf16, in `picks(e)` order) on every rank, from this rank's `mine` (its owned experts with picks, in order).
 pub fn gather_experts(
     comm: &SharedComm,

@@ -1,7 +1,6 @@
 //! Tables split by rows (issue 25): the embedding, head and Markov head by vocabulary, the Engram tables by row; rows and logits gathered.
 
-use super::ep::gather_f32;
-use super::{SharedComm, gather_cols, partition};
+use super::{SharedComm, gather_cols, gather_owned, partition};
 use crate::linear::Dense;
 use std::ops::Range;
 use tf_core::bf16;
@@ -49,8 +48,7 @@ impl TableSplit {
         self.rows(&ids, dim, read).expect("embedding rows are read from memory")
     }
 
-    /// Every id's `dim`-wide row in order, each read by the rank that holds it (`read` gets this rank's ids in order).
-    /// A rank whose read fails still sends its share (zeros), so no rank waits; it then returns the error.
+    /// Every id's `dim`-wide row in order, read by the rank holding it; a rank whose read fails still sends zeros (no rank waits), then errs.
     pub fn rows(
         &self,
         ids: &[u64],
@@ -59,23 +57,15 @@ impl TableSplit {
     ) -> Result<Vec<bf16>, String> {
         let owner =
             |t: u64| self.parts.iter().position(|p| p.contains(&(t as usize))).expect("ids checked against the table");
-        let sizes: Vec<usize> =
-            (0..self.parts.len()).map(|r| ids.iter().filter(|&&t| owner(t) == r).count() * dim).collect();
-        let mine: Vec<u64> = ids.iter().copied().filter(|&t| owner(t) == self.rank).collect();
+        let owners: Vec<usize> = ids.iter().map(|&t| owner(t)).collect();
+        let mine: Vec<u64> = ids.iter().zip(&owners).filter(|&(_, &o)| o == self.rank).map(|(&t, _)| t).collect();
         let got = read(&mine);
         let send = match &got {
-            Ok(v) => v.iter().map(|v| v.to_f32()).collect(),
-            Err(_) => vec![0.0; sizes[self.rank]],
+            Ok(v) => v.clone(),
+            Err(_) => vec![bf16::ZERO; mine.len() * dim],
         };
-        let ranks = gather_f32(self.comm(), send, &sizes, "table rows");
+        let out = gather_owned(self.comm(), &owners, dim, send);
         got?;
-        let mut at = vec![0; ranks.len()];
-        let mut out = Vec::with_capacity(ids.len() * dim);
-        for &t in ids {
-            let r = owner(t);
-            out.extend(ranks[r][at[r]..at[r] + dim].iter().map(|&v| tf_core::formats::to_bf16(v)));
-            at[r] += dim;
-        }
         Ok(out)
     }
 }

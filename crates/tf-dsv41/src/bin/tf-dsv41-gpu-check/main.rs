@@ -12,6 +12,7 @@ mod mix;
 mod nccl;
 mod probe;
 mod rows;
+mod tp;
 mod util;
 mod verify;
 
@@ -85,6 +86,9 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
     run_one("prompt lengths", &mut |r| lengths::check(gpu, rng, r));
     let ordinal = std::env::var("TF_GPU").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
     run_one("nccl", &mut |r| nccl::check(ordinal, r));
+    for kind in [TinyKind::Tiny, TinyKind::Small] {
+        run_one(&format!("gpu tp {}", kind.name()), &mut |r| tp::check(ordinal, r, kind));
+    }
 }
 
 /// One rank of scripts/gpu-tp.sh's group: only the NCCL group section runs.

@@ -36,7 +36,7 @@ fn collectives(c: &dyn Comm) -> Vec<String> {
 }
 
 /// A chunked prompt, greedy decode steps, verify windows cut back to their first row, and a fork: every logits row.
-fn script<F: Family>(f: &F, vocab: u32) -> Result<Vec<Vec<f32>>, Error> {
+pub(crate) fn script<F: Family>(f: &F, vocab: u32) -> Result<Vec<Vec<f32>>, Error> {
     let prompt: Vec<u32> = (0..60u32).map(|j| (j * 97 + 5) % (vocab - 4) + 4).collect();
     let mut lane = f.new_lane().map_err(err)?;
     let mut rows = Vec::new();

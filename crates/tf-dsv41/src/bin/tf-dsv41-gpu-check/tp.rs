@@ -1,0 +1,56 @@
+//! GPU ranks in lockstep (issue 25): TP2 and TP3 with the routed experts split, every rank on this one GPU, equal the plain GPU model bit for bit.
+
+use crate::e2e::{argmax, err};
+use crate::nccl::script;
+use std::time::Duration;
+use tf_collective::InProcessComm;
+use tf_cuda::Error;
+use tf_cuda::report::Report;
+use tf_dsv41::cuda::{GpuModel, open_gpu};
+use tf_dsv41::tiny::TinyKind;
+use tf_dsv41::tp::lockstep::{Leader, follow};
+use tf_dsv41::{Model, Options};
+use tf_family::Family;
+
+/// A script's logits rows, then a draft after the prompt (tokens and confidences as one row).
+fn rows<F: Family>(f: &F, vocab: u32) -> Result<Vec<Vec<f32>>, Error> {
+    let mut rows = script(f, vocab)?;
+    let mut lane = f.new_lane().map_err(err)?;
+    let prompt: Vec<u32> = (0..20u32).map(|j| (j * 31 + 7) % (vocab - 4) + 4).collect();
+    let last = f.prefill(&mut lane, &prompt, true).map_err(err)?.expect("the last chunk's logits");
+    if let Some(d) = f.draft(&mut lane, argmax(&last), 5).map_err(err)? {
+        rows.push(d.tokens.iter().map(|&t| t as f32).chain(d.confidence).collect());
+    }
+    Ok(rows)
+}
+
+pub fn check(ordinal: usize, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
+    let dir = crate::e2e::TempModel::write(&format!("gpu-tp-{}", kind.name()), kind)?;
+    let plain = GpuModel::load(&dir, Options::default(), open_gpu(ordinal)?).map_err(err)?;
+    let vocab = plain.cfg.vocab_size as u32;
+    let want = rows(&plain, vocab)?;
+    let cpu = rows(&Model::load(&dir, Options::default()).map_err(err)?, vocab)?;
+    report.row("gpu tp", format!("{}: plain GPU == CPU", kind.name()), format!("{} rows", cpu.len()), cpu == want);
+    for world in [2, 3] {
+        let opts = Options { split_heads: false, ..Options::default() };
+        let mut ranks = Vec::new();
+        for comm in InProcessComm::group_with_timeout(world, Duration::from_secs(60)) {
+            let (model, comm) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(comm)).map_err(err)?;
+            ranks.push((GpuModel::from_cpu(model, open_gpu(ordinal)?)?, comm));
+        }
+        let (leader_model, leader_comm) = ranks.remove(0);
+        let followers: Vec<_> = ranks.into_iter().map(|(m, c)| std::thread::spawn(move || follow(&m, &c))).collect();
+        let leader = Leader::new(leader_model, leader_comm);
+        let got = rows(&leader, vocab)?;
+        drop(leader);
+        let ends: Vec<bool> = followers.into_iter().map(|f| matches!(f.join(), Ok(Ok(())))).collect();
+        let same = got == want;
+        report.row(
+            "gpu tp",
+            format!("{} TP{world} on one GPU (experts split, host-staged gathers) == plain GPU", kind.name()),
+            format!("{} rows; followers stopped cleanly: {ends:?}", got.len()),
+            same && ends.iter().all(|&e| e),
+        );
+    }
+    Ok(())
+}
