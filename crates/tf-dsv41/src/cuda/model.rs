@@ -98,6 +98,14 @@ impl GpuModel {
         Ok(GpuModel::from_cpu(cpu, gpu)?)
     }
 
+    /// A tensor-parallel rank loaded on the host (`tp::load_rank`), uploaded to GPU `ordinal` (`graphs`: CUDA graph decode steps).
+    pub fn upload_rank(cpu: Model, ordinal: usize, graphs: bool) -> Result<GpuModel, crate::Error> {
+        let gpu = open_gpu(ordinal).map_err(|source| crate::Error::OpenGpu { ordinal, source })?;
+        let mut model = GpuModel::from_cpu(cpu, gpu)?;
+        model.graphs = graphs;
+        Ok(model)
+    }
+
     /// Uploads `cpu`'s weights and keeps only its Engram hasher and tables; the host model is dropped.
     pub fn from_cpu(mut cpu: Model, gpu: &'static Gpu) -> Result<GpuModel, Error> {
         if cpu.opts.ep.is_some() && cpu.opts.split_heads {

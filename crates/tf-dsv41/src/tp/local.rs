@@ -1,7 +1,7 @@
 //! Tensor parallel on one host (issue 25): one thread per rank over the in-process communicator, rank 0 leading.
 
 use super::SharedComm;
-use super::lockstep::{Leader, follow};
+use super::lockstep::{Leader, Rank, follow};
 use crate::{Error, Model, Options};
 use std::path::Path;
 use std::thread::JoinHandle;
@@ -52,11 +52,23 @@ pub fn load_rank(dir: &Path, opts: Options, comm: Box<dyn tf_collective::Comm>) 
 
 /// Loads `world` ranks of `dir` (each with its share of the routed experts) and starts the followers; every collective waits at most `deadline`.
 pub fn spawn(dir: &Path, opts: Options, world: usize, deadline: Duration) -> Result<(Leader, Vec<Follower>), Error> {
+    spawn_with(dir, opts, world, deadline, |_, m| Ok(m))
+}
+
+/// [`spawn`], each rank's loaded model first turned into its serving backend by `place(rank, model)` (a GPU rank: uploaded to its GPU).
+pub fn spawn_with<F: Rank + Send + 'static>(
+    dir: &Path,
+    opts: Options,
+    world: usize,
+    deadline: Duration,
+    place: impl Fn(usize, Model) -> Result<F, Error>,
+) -> Result<(Leader<F>, Vec<Follower>), Error> {
     let comms = InProcessComm::group_with_timeout(world.max(1), deadline);
     let mut followers = Vec::new();
     let mut leader = None;
     for (rank, comm) in comms.into_iter().enumerate() {
         let (model, comm) = load_rank(dir, opts, Box::new(comm))?;
+        let model = place(rank, model)?;
         if rank == 0 {
             leader = Some(Leader::new(model, comm));
             continue;

@@ -33,7 +33,7 @@ pub struct ServeConfig {
     pub prefill_mxfp4: Option<tf_dsv41::PrefillMxfp4>,
     /// `--cuda-graphs`: each decode step recorded and launched as one CUDA graph (same bits; off, as it measured no faster).
     pub cuda_graphs: bool,
-    /// `--tp N`: N ranks on this host, one thread each, routed experts (and heads, `tp_split_heads`) split between them (1: no tensor parallel).
+    /// `--tp N`: N ranks (threads, or processes with `tp_addr`), routed experts (and heads, `tp_split_heads`) split between them; with `device` cuda:B, thread rank r runs on GPU B + r.
     pub tp: usize,
     /// `--tp-split heads` (the default): attention heads split over the ranks too, not only the routed experts.
     pub tp_split_heads: bool,

@@ -1,7 +1,7 @@
 //! `tf serve --tp N`: ranks as threads of this process, or as processes meeting over TCP (`--tp-addr`, `--tp-rank`).
 
 use super::Engine;
-use super::serve::{ServeConfig, model_dir};
+use super::serve::{Device, ServeConfig, model_dir};
 use crate::error::Error;
 use crate::lanes::LaneHost;
 use crate::tokenizer::Tokenizer;
@@ -9,17 +9,33 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tf_collective::TcpComm;
+use tf_dsv41::Model;
+use tf_dsv41::cuda::GpuModel;
+use tf_dsv41::tp::lockstep::{Leader, Rank};
 
 fn deadline(cfg: &ServeConfig) -> Duration {
     Duration::from_millis(cfg.tp_deadline_ms)
 }
 
-/// Rank 0's engine: threads for every rank, or this process's rank of a TCP group; a lost group exits the process with 70.
+/// Rank 0's engine: threads for every rank (rank r on GPU base + r with `--device cuda:base`), or this process's rank of a TCP group on its own `--device`; a lost group exits 70.
 pub fn load_leader(dir: &Path, cfg: &ServeConfig, opts: tf_dsv41::Options) -> Result<Engine, Error> {
+    match cfg.device {
+        Device::Cpu => lead(dir, cfg, opts, |_, m| Ok(m)),
+        Device::Cuda(base) => lead(dir, cfg, opts, |rank, m| GpuModel::upload_rank(m, base + rank, cfg.cuda_graphs)),
+    }
+}
+
+fn lead<F: Rank + Send + 'static>(
+    dir: &Path,
+    cfg: &ServeConfig,
+    opts: tf_dsv41::Options,
+    place: impl Fn(usize, Model) -> Result<F, tf_dsv41::Error>,
+) -> Result<Engine, Error> {
     let tok = Tokenizer::from_file(dir.join("tokenizer.json"))?;
+    let bos = tf_dsv41::Config::load(dir).map_err(|e| Error::Tp(format!("{}: {e}", dir.display())))?.bos_token_id;
     let mut leader = match &cfg.tp_addr {
         None => {
-            let (leader, followers) = tf_dsv41::tp::spawn(dir, opts, cfg.tp, deadline(cfg))?;
+            let (leader, followers) = tf_dsv41::tp::spawn_with(dir, opts, cfg.tp, deadline(cfg), place)?;
             for f in followers {
                 // A follower that loses the group says why; the leader's next step then exits 70.
                 std::thread::spawn(move || {
@@ -35,15 +51,14 @@ pub fn load_leader(dir: &Path, cfg: &ServeConfig, opts: tf_dsv41::Options) -> Re
                 .map_err(|e| Error::Tp(format!("rank 0 of {} at {addr}: {e}", cfg.tp)))?;
             tracing::info!(world = cfg.tp, %addr, "tensor-parallel group joined over TCP");
             let (model, comm) = tf_dsv41::tp::load_rank(dir, opts, Box::new(comm))?;
-            tf_dsv41::tp::lockstep::Leader::new(model, comm)
+            Leader::new(place(0, model)?, comm)
         }
     };
     leader.exit_on_lost = true;
-    let bos = leader.model.cfg.bos_token_id;
     Ok(Engine { host: LaneHost::spawn(leader, cfg.limits), tok: Arc::new(tok), bos })
 }
 
-/// A follower process (`--tp-rank` above 0): joins rank 0 over TCP and runs its frames until it stops; a lost group exits 70.
+/// A follower process (`--tp-rank` above 0): joins rank 0 over TCP and runs its frames (on its own `--device`) until it stops; a lost group exits 70.
 pub fn follow(cfg: &ServeConfig) -> Result<(), Error> {
     let addr = cfg.tp_addr.as_deref().ok_or_else(|| Error::Tp("--tp-rank above 0 needs --tp-addr".into()))?;
     let dir = model_dir(cfg.model_dir.as_deref())?;
@@ -52,7 +67,11 @@ pub fn follow(cfg: &ServeConfig) -> Result<(), Error> {
         .map_err(|e| Error::Tp(format!("rank {} of {} joining {addr}: {e}", cfg.tp_rank, cfg.tp)))?;
     let (model, comm) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(comm))?;
     tracing::info!(rank = cfg.tp_rank, world = cfg.tp, "following rank 0");
-    if let Err(e) = tf_dsv41::tp::lockstep::follow(&model, &comm) {
+    let followed = match cfg.device {
+        Device::Cpu => tf_dsv41::tp::lockstep::follow(&model, &comm),
+        Device::Cuda(n) => tf_dsv41::tp::lockstep::follow(&GpuModel::upload_rank(model, n, cfg.cuda_graphs)?, &comm),
+    };
+    if let Err(e) = followed {
         tracing::error!(reason = %e, "lockstep_lost");
         std::process::exit(70);
     }

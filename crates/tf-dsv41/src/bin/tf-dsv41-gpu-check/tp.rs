@@ -2,7 +2,7 @@
 
 use crate::e2e::{argmax, err};
 use crate::nccl::script;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tf_collective::InProcessComm;
 use tf_cuda::Error;
 use tf_cuda::report::Report;
@@ -28,7 +28,10 @@ pub fn check(ordinal: usize, report: &mut Report, kind: TinyKind) -> Result<(), 
     let dir = crate::e2e::TempModel::write(&format!("gpu-tp-{}", kind.name()), kind)?;
     let plain = GpuModel::load(&dir, Options::default(), open_gpu(ordinal)?).map_err(err)?;
     let vocab = plain.cfg.vocab_size as u32;
+    rows(&plain, vocab)?;
+    let t = Instant::now();
     let want = rows(&plain, vocab)?;
+    let plain_ms = t.elapsed().as_secs_f64() * 1e3;
     let cpu = rows(&Model::load(&dir, Options::default()).map_err(err)?, vocab)?;
     report.row("gpu tp", format!("{}: plain GPU == CPU", kind.name()), format!("{} rows", cpu.len()), cpu == want);
     for world in [2, 3] {
@@ -41,14 +44,17 @@ pub fn check(ordinal: usize, report: &mut Report, kind: TinyKind) -> Result<(), 
         let (leader_model, leader_comm) = ranks.remove(0);
         let followers: Vec<_> = ranks.into_iter().map(|(m, c)| std::thread::spawn(move || follow(&m, &c))).collect();
         let leader = Leader::new(leader_model, leader_comm);
+        rows(&leader, vocab)?;
+        let t = Instant::now();
         let got = rows(&leader, vocab)?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
         drop(leader);
         let ends: Vec<bool> = followers.into_iter().map(|f| matches!(f.join(), Ok(Ok(())))).collect();
         let same = got == want;
         report.row(
             "gpu tp",
             format!("{} TP{world} on one GPU (experts split, host-staged gathers) == plain GPU", kind.name()),
-            format!("{} rows; followers stopped cleanly: {ends:?}", got.len()),
+            format!("{} rows in {ms:.1} ms (plain {plain_ms:.1} ms); followers stopped cleanly: {ends:?}", got.len()),
             same && ends.iter().all(|&e| e),
         );
     }
