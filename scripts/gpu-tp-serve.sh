@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine: tf serve with GPU tensor-parallel ranks (experts split) answers as one GPU does; a killed rank makes the leader exit 70.
+# On the GPU machine: tf serve with GPU tensor-parallel ranks (default split) answers as one GPU does; a killed rank makes the leader exit 70.
 # Build here with `TF_CARRY="checks serve" TF_CARRY_XZ=1 bash scripts/gpu-build.sh`; logs go to $OUT. The default (gate) model.
 # Processes over TCP on GPUs TF_GPU0 and TF_GPU1 (both 0 by default: two ranks share one GPU); threads (`--tp 2 --device cuda`) where 2 GPUs exist.
 set -uo pipefail

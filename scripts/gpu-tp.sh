@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 28's multi-GPU run (after `TF_CARRY=checks scripts/gpu-build.sh` here): per world size, one tf-dsv41-gpu-check process per GPU in an NCCL group.
-# Each rank checks the collectives and their bandwidth, then tiny TPn runs with GPU ranks (experts split) over NCCL against the plain model on rank 0; logs per rank in $OUT.
+# Each rank checks the collectives and their bandwidth, then tiny TPn runs with GPU ranks (all splits) over NCCL against the plain model on rank 0; logs per rank in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/gpu-tp-out}"

@@ -166,9 +166,9 @@ pub struct ServeArgs {
     /// This process's rank with --tp-addr: 0 serves HTTP, the others follow it (default 0)
     #[arg(long, value_name = "R", default_value_t = 0)]
     pub tp_rank: u16,
-    /// What --tp splits: experts, attention heads, vocabulary and Engram rows (default on the CPU), or experts alone (default, and for now the only split, on GPUs)
-    #[arg(long, value_enum)]
-    pub tp_split: Option<TpSplitArg>,
+    /// What --tp splits: experts, attention heads, vocabulary and Engram rows, or experts alone
+    #[arg(long, value_enum, default_value = "heads")]
+    pub tp_split: TpSplitArg,
     /// Prompt chunks of at least N rows split their row-local projections over the ranks by rows, then gather them (0: off)
     #[arg(long, value_name = "N", default_value_t = tf_dsv41::SP_ROWS)]
     pub tp_sp_rows: usize,
@@ -276,12 +276,6 @@ impl ServeArgs {
         if self.tp_rank >= self.tp.max(1) || (self.tp_rank > 0 && self.tp_addr.is_none()) {
             return Err(crate::Error::Usage("--tp-rank must be below --tp, and above 0 only with --tp-addr"));
         }
-        let tp_split = self.tp_split.unwrap_or(if cpu { TpSplitArg::Heads } else { TpSplitArg::Experts });
-        if self.tp > 1 && !cpu && tp_split == TpSplitArg::Heads {
-            return Err(crate::Error::Usage(
-                "--tp with --device cuda splits the routed experts only for now: use --tp-split experts (the default there)",
-            ));
-        }
         if self.cuda_graphs && cpu {
             return Err(crate::Error::Usage("--cuda-graphs needs --device cuda"));
         }
@@ -318,7 +312,7 @@ impl ServeArgs {
             cuda_graphs: self.cuda_graphs,
             tp: usize::from(self.tp),
             tp_deadline_ms: self.tp_deadline_ms,
-            tp_split_heads: tp_split == TpSplitArg::Heads,
+            tp_split_heads: self.tp_split == TpSplitArg::Heads,
             tp_profile: self.tp_profile,
             tp_sp_rows: self.tp_sp_rows,
             tp_addr: self.tp_addr,

@@ -29,22 +29,20 @@ fn a_gpu_that_cannot_be_opened_fails_the_load_naming_it() {
     assert!(err.to_string().starts_with("GPU 99: "), "{err}");
 }
 
-/// `--tp N --device cuda` splits the routed experts (its default there); asking it to split heads on GPUs is a usage error.
+/// `--tp N --device cuda:B` puts thread rank r on GPU B + r, for either split.
 #[test]
-fn gpu_tensor_parallel_splits_experts_and_refuses_heads() {
-    let tf = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_tf")).args(args).output().unwrap();
-    let out = tf(&["serve", "--tp", "2", "--device", "cuda", "--tp-split", "heads"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--tp-split experts"), "{err}");
+fn gpu_tensor_parallel_ranks_open_their_own_gpus() {
     let dir = tempfile::tempdir().unwrap();
     tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, dir.path()).unwrap();
-    let cfg = tf_server::http::serve::ServeConfig {
-        tp: 2,
-        device: Device::Cuda(98),
-        tp_split_heads: false,
-        ..Default::default()
-    };
-    // Rank 0 goes to GPU 98 and rank 1 to GPU 99, on no machine: the load fails naming the first.
-    let err = tf_server::http::tp::load_leader(dir.path(), &cfg, cfg.model_options()).err().expect("no GPU 98");
-    assert!(matches!(&err, tf_server::Error::Model(tf_dsv41::Error::OpenGpu { ordinal: 98, .. })), "{err:?}");
+    for tp_split_heads in [false, true] {
+        let cfg = tf_server::http::serve::ServeConfig {
+            tp: 2,
+            device: Device::Cuda(98),
+            tp_split_heads,
+            ..Default::default()
+        };
+        // Rank 0 goes to GPU 98 and rank 1 to GPU 99, on no machine: the load fails naming the first.
+        let err = tf_server::http::tp::load_leader(dir.path(), &cfg, cfg.model_options()).err().expect("no GPU 98");
+        assert!(matches!(&err, tf_server::Error::Model(tf_dsv41::Error::OpenGpu { ordinal: 98, .. })), "{err:?}");
+    }
 }

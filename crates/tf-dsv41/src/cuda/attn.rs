@@ -31,13 +31,20 @@ impl GpuModel {
             return self.draft_attention(a, x, call, &lane.windows[role.layer]);
         }
         let (gpu, cfg, rows) = (self.gpu, self.cfg(), call.rows);
-        let (heads, d, rd, w) = (cfg.n_heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
+        let (heads, d, rd, w) = (a.heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
         let cs = call.cs(role.rope);
         let (qr, q, kv) = self.phase("attn: q, kv", || {
             let xq = Acts::new(x, rows, cfg.dim);
             let qr = self.norm(&a.wq_a.forward(gpu, &xq)?, &a.q_norm, rows, cfg.q_lora_rank)?;
-            let mut q = a.wq_b.forward(gpu, &Acts::new(&qr, rows, cfg.q_lora_rank))?;
-            ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
+            // A tensor-parallel rank without heads runs no query (its share of the outputs is empty).
+            let q = match heads {
+                0 => None,
+                _ => {
+                    let mut q = a.wq_b.forward(gpu, &Acts::new(&qr, rows, cfg.q_lora_rank))?;
+                    ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
+                    Some(q)
+                }
+            };
             let mut kv = self.norm(&a.wkv.forward(gpu, &xq)?, &a.kv_norm, rows, d)?;
             ops::rope(gpu, &mut kv.view_mut(), &cs.view(), (rows, 1, d, rd), false)?;
             ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)?;
@@ -52,11 +59,15 @@ impl GpuModel {
         let (kc, kr, kl) = (kv.view(), lane.windows[role.layer].view(), latents.view());
         let keys = KeyRows { chunk: &kc, ring: &kr, latents: &kl };
         let s = if sel.is_some() { cfg.index_topk } else { 0 };
-        let o = self.phase("attn: sparse_attn", || self.attend(a, &q, &keys, (window, sel), cs, (rows, s)))?;
+        let o = match &q {
+            Some(q) => {
+                Some(self.phase("attn: sparse_attn", || self.attend(a, q, &keys, (window, sel), cs, (rows, s)))?)
+            }
+            None => None,
+        };
         let ring = &mut lane.windows[role.layer];
         ops::scatter_rows(gpu, &kv.view(), &mut ring.view_mut(), &call.slots.view(), (rows, d * 2, w))?;
-        let u = self.phase("attn: wo_a", || a.wo_a.forward(gpu, &o, Io::Bf16, Io::Bf16, rows, cfg.o_groups))?;
-        self.phase("attn: wo_b", || a.wo_b.forward(gpu, &Acts::new(&u, rows, cfg.o_groups * cfg.o_lora_rank)))
+        self.attn_output(a, o.as_ref(), rows)
     }
 
     /// `sparse_attn` of `q` over each row's key list (`window` ids, then `sel`'s `s` ids), un-RoPE'd: bf16 `[rows, heads, d]`.
@@ -70,7 +81,7 @@ impl GpuModel {
         (rows, s): (usize, usize),
     ) -> Result<Buf, Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
-        let (heads, d, rd, w) = (cfg.n_heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
+        let (heads, d, rd, w) = (a.heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
         let mut o = gpu.pool().take(rows * heads * d * 2)?;
         let sel_view = sel.map(|b| b.view());
         let dims = (rows, heads, d, w, s);

@@ -170,15 +170,13 @@ impl GpuModel {
             let mut y = self.gpu.pool().take(block * dim * 2)?;
             ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut y.view_mut(), (block, hc, dim))?;
             let normed = self.norm(&y, &ds.norm, block, dim)?;
-            let logits: Vec<f32> =
-                self.gpu.download(&self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, block, 1)?)?;
+            let logits = self.vocab_rows(&self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, block, 1)?, block)?;
             let y: Vec<u16> = self.gpu.download(&y)?;
             let (mut out, mut confidence) = (vec![next], Vec::with_capacity(block));
             for i in 0..block {
                 let e = &ds.markov_embed[out[i] as usize * rank..(out[i] as usize + 1) * rank];
                 let eb = self.gpu.upload_exact(&e.iter().map(|v| v.to_bits()).collect::<Vec<u16>>())?;
-                let bias: Vec<f32> =
-                    self.gpu.download(&ds.markov_head.forward(self.gpu, &eb, Io::Bf16, Io::F32, 1, 1)?)?;
+                let bias = self.vocab_rows(&ds.markov_head.forward(self.gpu, &eb, Io::Bf16, Io::F32, 1, 1)?, 1)?;
                 let row: Vec<f32> = logits[i * vocab..(i + 1) * vocab].iter().zip(&bias).map(|(a, b)| a + b).collect();
                 out.push(tf_core::ops::argmax(&row));
                 let cat: Vec<f32> = y[i * dim..(i + 1) * dim]

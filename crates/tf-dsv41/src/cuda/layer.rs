@@ -51,6 +51,10 @@ pub struct GAttn {
     pub sink: Buf,
     pub compressor: Option<GCompressor>,
     pub indexer: Option<GIndexer>,
+    /// This rank's heads (all of them unless `split`).
+    pub heads: usize,
+    /// Tensor parallel: this rank's heads, `wo_a` groups and `wo_b` rows.
+    pub split: Option<super::split::GSplit>,
 }
 
 impl GAttn {
@@ -75,17 +79,36 @@ impl GAttn {
             None => None,
         };
         let gin = a.n_heads * a.head_dim / a.o_groups;
+        let split = match &a.split {
+            Some(s) => match (&s.out, s.q_whole, &s.comm) {
+                (Some(out), false, Some(comm)) => Some(super::split::GSplit {
+                    groups: s.groups[s.rank].len(),
+                    group_parts: s.groups.clone(),
+                    out_parts: out.clone(),
+                    comm: comm.clone(),
+                }),
+                _ => {
+                    let what =
+                        "GPU ranks split FP8 attention only (not EXL3 `wq_b`/`wo_b`): use --tp-split experts".into();
+                    return Err(Error::Launch { op: "uploading a tensor-parallel rank", what });
+                }
+            },
+            None => None,
+        };
+        let groups = split.as_ref().map_or(a.o_groups, |s| s.groups);
         Ok(GAttn {
             wq_a: Lin8::upload(gpu, &a.wq_a, kernels)?,
             q_norm: upload_bf16(gpu, &a.q_norm)?,
             wq_b: Lin8::upload(gpu, &a.wq_b, kernels)?,
             wkv: Lin8::upload(gpu, &a.wkv, kernels)?,
             kv_norm: upload_bf16(gpu, &a.kv_norm)?,
-            wo_a: Mat::from_f32(gpu, &a.wo_a, a.o_groups * a.o_lora_rank, gin, Sum::Sequential)?,
+            wo_a: Mat::from_f32(gpu, &a.wo_a, groups * a.o_lora_rank, gin, Sum::Sequential)?,
             wo_b: Lin8::upload(gpu, &a.wo_b, kernels)?,
             sink: upload_f32(gpu, &a.sink)?,
             compressor,
             indexer,
+            heads: a.sink.len(),
+            split,
         })
     }
 }

@@ -13,6 +13,7 @@ pub mod ops;
 #[cfg(feature = "testkit")]
 mod probe;
 mod rewind;
+mod split;
 #[cfg(feature = "testkit")]
 pub mod synth;
 pub mod weights;

@@ -36,6 +36,8 @@ pub struct GpuModel {
     pub(crate) engram_staging: tf_cuda::pinned::PinnedRing,
     /// The DSpark stages and heads, when the checkpoint has them.
     pub dspark: Option<super::dspark::GDSpark>,
+    /// Tensor parallel with heads split: this rank's share of the vocabulary (its head and Markov head rows; the embedding stays whole).
+    pub vocab: Option<crate::tp::TableSplit>,
 }
 
 /// Per phase name: host enqueue seconds, total seconds, calls.
@@ -108,10 +110,6 @@ impl GpuModel {
 
     /// Uploads `cpu`'s weights and keeps only its Engram hasher and tables; the host model is dropped.
     pub fn from_cpu(mut cpu: Model, gpu: &'static Gpu) -> Result<GpuModel, Error> {
-        if cpu.opts.ep.is_some() && cpu.opts.split_heads {
-            let what = "GPU ranks split the routed experts only: run them with --tp-split experts".to_string();
-            return Err(Error::Launch { op: "uploading a tensor-parallel rank", what });
-        }
         let gemv = if cpu.opts.exl3_fast { Exl3Kernels::Fast } else { Exl3Kernels::Exact };
         let kernels = Exl3Run { kernels: gemv, prompt_rows: cpu.opts.exl3_prompt_gemm };
         let blocks = cpu.blocks.iter().map(|b| GBlock::upload(gpu, b, kernels)).collect::<Result<Vec<_>, _>>()?;
@@ -138,6 +136,7 @@ impl GpuModel {
             graph_warm: Default::default(),
             engram_staging: Default::default(),
             dspark,
+            vocab: cpu.vocab.take(),
         })
     }
 
@@ -266,7 +265,11 @@ impl GpuModel {
         let mut c = self.gpu.pool().take(s.rows * dim * 2)?;
         ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut c.view_mut(), (s.rows, hc, dim))?;
         let normed = self.norm(&c, &self.norm, s.rows, dim)?;
-        self.phase("head", || self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1))
+        let logits = self.phase("head", || self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1))?;
+        match self.vocab {
+            Some(_) => self.gpu.upload(&self.vocab_rows(&logits, s.rows)?),
+            None => Ok(logits),
+        }
     }
 
     /// [`GpuModel::head_rows`] downloaded, a vector per row.

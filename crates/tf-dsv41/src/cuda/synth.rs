@@ -208,6 +208,8 @@ impl GpuModel {
                 sink: g.uniform(h, -1.0, 1.0, false)?,
                 compressor,
                 indexer,
+                heads: h,
+                split: None,
             };
             let mut ffn = GMoe {
                 gate: g.mat(experts, dim, Sum::Lanes8)?,
@@ -262,6 +264,7 @@ impl GpuModel {
             graph_warm: Default::default(),
             engram_staging: Default::default(),
             dspark,
+            vocab: None,
         })
     }
 

@@ -1,4 +1,4 @@
-//! GPU ranks in lockstep (issue 25): TP2 and TP3 with the routed experts split, every rank on this one GPU, equal the plain GPU model bit for bit.
+//! GPU ranks in lockstep (issue 25): TP2 and TP3, experts split or experts, heads, vocabulary and Engram split, every rank on this one GPU, equal the plain GPU model bit for bit.
 
 use crate::e2e::{argmax, err};
 use crate::nccl::script;
@@ -24,6 +24,10 @@ fn rows<F: Family>(f: &F, vocab: u32) -> Result<Vec<Vec<f32>>, Error> {
     Ok(rows)
 }
 
+fn split(heads: bool) -> &'static str {
+    if heads { "experts, heads, vocabulary and Engram split" } else { "experts split" }
+}
+
 pub fn check(ordinal: usize, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
     let dir = crate::e2e::TempModel::write(&format!("gpu-tp-{}", kind.name()), kind)?;
     let plain = GpuModel::load(&dir, Options::default(), open_gpu(ordinal)?).map_err(err)?;
@@ -34,8 +38,8 @@ pub fn check(ordinal: usize, report: &mut Report, kind: TinyKind) -> Result<(), 
     let plain_ms = t.elapsed().as_secs_f64() * 1e3;
     let cpu = rows(&Model::load(&dir, Options::default()).map_err(err)?, vocab)?;
     report.row("gpu tp", format!("{}: plain GPU == CPU", kind.name()), format!("{} rows", cpu.len()), cpu == want);
-    for world in [2, 3] {
-        let opts = Options { split_heads: false, ..Options::default() };
+    for (world, split_heads) in [(2, false), (3, false), (2, true), (3, true)] {
+        let opts = Options { split_heads, ..Options::default() };
         let mut ranks = Vec::new();
         for comm in InProcessComm::group_with_timeout(world, Duration::from_secs(60)) {
             let (model, comm) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(comm)).map_err(err)?;
@@ -53,7 +57,7 @@ pub fn check(ordinal: usize, report: &mut Report, kind: TinyKind) -> Result<(), 
         let same = got == want;
         report.row(
             "gpu tp",
-            format!("{} TP{world} on one GPU (experts split, host-staged gathers) == plain GPU", kind.name()),
+            format!("{} TP{world} on one GPU ({}, host-staged gathers) == plain GPU", kind.name(), split(split_heads)),
             format!("{} rows in {ms:.1} ms (plain {plain_ms:.1} ms); followers stopped cleanly: {ends:?}", got.len()),
             same && ends.iter().all(|&e| e),
         );
