@@ -84,12 +84,11 @@ pub fn check(ordinal: usize, report: &mut Report) -> Result<(), Error> {
     let got = script(&Leader::new(model, comm), vocab)?;
     let same = got.len() == want.len() && got.iter().zip(&want).all(|(a, b)| a == b);
     report.row("nccl", "tiny TP1 over NCCL (experts and heads split) == plain", format!("{} rows", got.len()), same);
-    let opts = Options { split_heads: false, ..Options::default() };
     let (model, comm) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(open()?)).map_err(err)?;
     let got = script(&Leader::new(GpuModel::upload_rank(model, ordinal, false).map_err(err)?, comm), vocab)?;
     report.row(
         "nccl",
-        "tiny GPU rank, TP1 over NCCL (experts split) == plain",
+        "tiny GPU rank, TP1 over NCCL (all splits) == plain",
         format!("{} rows", got.len()),
         got == want,
     );
@@ -143,8 +142,8 @@ pub fn check_group(world: usize, rank: usize, addr: &str, report: &mut Report) -
         );
     }
     let dir = crate::e2e::TempModel::write(&format!("nccl-group-{rank}"), TinyKind::Tiny)?;
-    // GPU ranks, one per GPU, the routed experts split: what `tf serve --tp N --device cuda` runs.
-    let opts = Options { split_heads: false, ..Options::default() };
+    // GPU ranks, one per GPU, experts, heads, vocabulary and Engram split: what `tf serve --tp N --device cuda` runs.
+    let opts = Options { split_heads: true, ..Options::default() };
     let (model, shared) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(comm)).map_err(err)?;
     let model = GpuModel::upload_rank(model, rank, false).map_err(err)?;
     if rank > 0 {
@@ -158,7 +157,7 @@ pub fn check_group(world: usize, rank: usize, addr: &str, report: &mut Report) -
         let same = got.len() == want.len() && got.iter().zip(&want).all(|(a, b)| a == b);
         report.row(
             "nccl group",
-            format!("tiny TP{world}, GPU ranks over NCCL (experts split) == plain"),
+            format!("tiny TP{world}, GPU ranks over NCCL (all splits) == plain"),
             format!("{} rows", got.len()),
             same,
         );
