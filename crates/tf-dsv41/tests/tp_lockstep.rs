@@ -209,3 +209,21 @@ fn a_lost_group_exits_the_server_process_with_70() {
         .unwrap();
     assert_eq!(out.status.code(), Some(70), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Ranks started with different numerics or split flags refuse to start, every one of them, naming the ranks that differ.
+#[test]
+fn ranks_with_different_options_refuse_to_start() {
+    let comms = InProcessComm::group_with_timeout(2, Duration::from_secs(30));
+    let loads: Vec<_> = comms
+        .into_iter()
+        .enumerate()
+        .map(|(rank, c)| {
+            let opts = Options { sp_rows: 32 + rank, ..Options::default() };
+            std::thread::spawn(move || tf_dsv41::tp::same_everywhere(dir(TinyKind::Tiny), &opts, &c).err())
+        })
+        .collect();
+    for l in loads {
+        let err = l.join().unwrap().expect("a rank refuses").to_string();
+        assert!(err.contains("ranks [1]") && err.contains("same model and flags"), "{err}");
+    }
+}

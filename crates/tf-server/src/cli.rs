@@ -276,6 +276,11 @@ impl ServeArgs {
         if self.tp_rank >= self.tp.max(1) || (self.tp_rank > 0 && self.tp_addr.is_none()) {
             return Err(crate::Error::Usage("--tp-rank must be below --tp, and above 0 only with --tp-addr"));
         }
+        if self.tp > 1 && (self.cuda_graphs || exl3_prompt_gemm.is_some()) {
+            return Err(crate::Error::Usage(
+                "--tp runs without --cuda-graphs and --exl3-prompt gemm for now (GPU ranks gather through the host)",
+            ));
+        }
         if self.cuda_graphs && cpu {
             return Err(crate::Error::Usage("--cuda-graphs needs --device cuda"));
         }

@@ -32,36 +32,65 @@ impl AttnWeights {
         rope: &Rope,
         shared: &mut Shared,
     ) -> Vec<Vec<usize>> {
-        let ix = self.indexer.as_ref().expect("select runs on index sources");
-        let rows = qr.len() / ix.wq_b.in_features();
+        let rows = qr.len() / self.indexer.as_ref().expect("select runs on index sources").wq_b.in_features();
+        let picked = match self.sp.as_ref().filter(|sp| sp.splits(rows)) {
+            Some(_) => self.select_shared(x, qr, inp, rope, shared, rows),
+            None => self.select_rows(x, qr, inp, rope, shared, 0..rows),
+        };
+        let mut out = Vec::with_capacity(rows);
+        for (r, (sel, mask)) in picked.into_iter().enumerate() {
+            if self.is_candidate_source {
+                if shared.candidates.len() <= r {
+                    shared.candidates.resize(r + 1, Vec::new());
+                }
+                shared.candidates[r] = mask;
+            }
+            out.push(sel);
+        }
+        out
+    }
+
+    /// [`select_rows`] of every rank's rows: each row travels as its selection, then (candidate source) its kept blocks in fixed slots, −1 for none.
+    fn select_shared(
+        &self,
+        x: &[bf16],
+        qr: &[bf16],
+        inp: &IndexInput<'_>,
+        rope: &Rope,
+        shared: &Shared,
+        rows: usize,
+    ) -> Vec<(Vec<usize>, Vec<bool>)> {
+        let block = self.candidate_block.max(1);
         let cl = |r: usize| visible_groups(inp.pos0 + r, inp.ratio);
         let sel = |r: usize| self.index_topk.min(cl(r));
-        let mask = |r: usize| if self.is_candidate_source { cl(r) } else { 0 };
-        // Each row travels as its selection (exact in f32 below 2^24) then, from the candidate source, its mask.
-        let wire = by_rows_sized(self.sp.as_ref(), rows, &|r| sel(r) + mask(r), |own| {
+        let slots =
+            |r: usize| if self.is_candidate_source { self.candidate_blocks.min(cl(r).div_ceil(block)) } else { 0 };
+        let wire = by_rows_sized(self.sp.as_ref(), rows, &|r| sel(r) + slots(r), |own| {
             let mut out = Vec::new();
             for (r, (s, m)) in own.clone().zip(self.select_rows(x, qr, inp, rope, shared, own)) {
-                debug_assert_eq!((s.len(), m.len()), (sel(r), mask(r)));
-                out.extend(s.iter().map(|&g| g as f32).chain(m.iter().map(|&k| f32::from(u8::from(k)))));
+                debug_assert!(s.iter().all(|&g| g < 1 << 24), "group ids travel exactly in f32");
+                out.extend(s.iter().map(|&g| g as f32));
+                let kept = (0..m.len().div_ceil(block)).filter(|&b| m[b * block]).map(|b| b as f32);
+                out.extend(kept.chain(std::iter::repeat(-1.0)).take(slots(r)));
             }
             out
         });
         let mut at = 0;
         let mut out = Vec::with_capacity(rows);
         for r in 0..rows {
-            out.push(wire[at..at + sel(r)].iter().map(|&g| g as usize).collect());
-            if self.is_candidate_source {
-                if shared.candidates.len() <= r {
-                    shared.candidates.resize(r + 1, Vec::new());
-                }
-                shared.candidates[r] = wire[at + sel(r)..at + sel(r) + mask(r)].iter().map(|&k| k == 1.0).collect();
+            let s = wire[at..at + sel(r)].iter().map(|&g| g as usize).collect();
+            let mut mask = vec![false; if self.is_candidate_source { cl(r) } else { 0 }];
+            for &b in wire[at + sel(r)..at + sel(r) + slots(r)].iter().filter(|&&b| b >= 0.0) {
+                let b = b as usize;
+                mask[b * block..((b + 1) * block).min(cl(r))].iter_mut().for_each(|k| *k = true);
             }
-            at += sel(r) + mask(r);
+            out.push((s, mask));
+            at += sel(r) + slots(r);
         }
         out
     }
 
-    /// The selections of rows `own` (and their candidate masks, from the candidate source).
+    /// The selections of rows `own` and, from the candidate source, their candidate masks.
     fn select_rows(
         &self,
         x: &[bf16],

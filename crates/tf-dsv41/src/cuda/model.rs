@@ -102,6 +102,11 @@ impl GpuModel {
 
     /// A tensor-parallel rank loaded on the host (`tp::load_rank`), uploaded to GPU `ordinal` (`graphs`: CUDA graph decode steps).
     pub fn upload_rank(cpu: Model, ordinal: usize, graphs: bool) -> Result<GpuModel, crate::Error> {
+        // A rank's MoE and split layers gather through the host, which a captured step cannot; the EXL3 GEMM picks by a rank's pair count.
+        if graphs || cpu.opts.exl3_prompt_gemm.is_some() {
+            let what = "GPU tensor-parallel ranks run without --cuda-graphs and --exl3-prompt gemm for now";
+            return Err(crate::Error::Refused(what.into()));
+        }
         let gpu = open_gpu(ordinal).map_err(|source| crate::Error::OpenGpu { ordinal, source })?;
         let mut model = GpuModel::from_cpu(cpu, gpu)?;
         model.graphs = graphs;

@@ -34,6 +34,28 @@ impl Model {
     }
 }
 
+/// For ranks in separate processes, before [`load_rank`]: refuses unless every rank has the same config and numerics and split options.
+pub fn same_everywhere(dir: &Path, opts: &Options, comm: &dyn tf_collective::Comm) -> Result<(), Error> {
+    let cfg = crate::Config::load(dir).map_err(|e| Error::Refused(format!("{}: {e}", dir.display())))?;
+    let o = opts;
+    let what = format!(
+        "{cfg:?} {:?}",
+        (o.replay, o.quirks, o.wide_sums, o.prefill_mxfp4, o.exl3_fast, o.exl3_prompt_gemm, o.split_heads, o.sp_rows)
+    );
+    // FNV-1a: the same on every host and build, unlike std's hasher.
+    let h = what.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let mine: Vec<f32> = (0..4).map(|i| f32::from((h >> (16 * i)) as u16)).collect();
+    let mut all = vec![0.0f32; 4 * comm.world_size()];
+    comm.all_gather(&mine, &mut all).map_err(|e| Error::Refused(format!("tensor parallel: comparing ranks: {e}")))?;
+    let differ: Vec<usize> = (1..comm.world_size()).filter(|&r| all[4 * r..4 * r + 4] != all[..4]).collect();
+    if differ.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Refused(format!(
+        "tensor-parallel ranks {differ:?} load a different config or options than rank 0: start every rank with the same model and flags"
+    )))
+}
+
 /// Loads rank `rank` of `world` from `dir` (its share of the routed experts) on `comm`.
 pub fn load_rank(dir: &Path, opts: Options, comm: Box<dyn tf_collective::Comm>) -> Result<(Model, SharedComm), Error> {
     let (rank, world) = (comm.rank(), comm.world_size());

@@ -38,6 +38,11 @@ pub struct RowShare {
 }
 
 impl RowShare {
+    /// Whether a call of `rows` rows splits (else every rank runs all of them).
+    pub fn splits(&self, rows: usize) -> bool {
+        self.parts(rows).is_some()
+    }
+
     /// Every rank's rows of a call of `rows`, or `None` where the call is too short to split.
     fn parts(&self, rows: usize) -> Option<Vec<Range<usize>>> {
         let world = self.comm.world_size();

@@ -50,6 +50,7 @@ fn lead<F: Rank + Send + 'static>(
             let comm = TcpComm::join(0, cfg.tp, addr.as_str(), Some(deadline(cfg)))
                 .map_err(|e| Error::Tp(format!("rank 0 of {} at {addr}: {e}", cfg.tp)))?;
             tracing::info!(world = cfg.tp, %addr, "tensor-parallel group joined over TCP");
+            tf_dsv41::tp::same_everywhere(dir, &opts, &comm)?;
             let (model, comm) = tf_dsv41::tp::load_rank(dir, opts, Box::new(comm))?;
             Leader::new(place(0, model)?, comm)
         }
@@ -65,6 +66,7 @@ pub fn follow(cfg: &ServeConfig) -> Result<(), Error> {
     let opts = cfg.model_options();
     let comm = TcpComm::join(cfg.tp_rank, cfg.tp, addr, Some(deadline(cfg)))
         .map_err(|e| Error::Tp(format!("rank {} of {} joining {addr}: {e}", cfg.tp_rank, cfg.tp)))?;
+    tf_dsv41::tp::same_everywhere(&dir, &opts, &comm)?;
     let (model, comm) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(comm))?;
     tracing::info!(rank = cfg.tp_rank, world = cfg.tp, "following rank 0");
     let followed = match cfg.device {

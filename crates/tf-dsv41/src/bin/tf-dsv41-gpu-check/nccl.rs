@@ -144,6 +144,7 @@ pub fn check_group(world: usize, rank: usize, addr: &str, report: &mut Report) -
     let dir = crate::e2e::TempModel::write(&format!("nccl-group-{rank}"), TinyKind::Tiny)?;
     // GPU ranks, one per GPU, experts, heads, vocabulary and Engram split: what `tf serve --tp N --device cuda` runs.
     let opts = Options { split_heads: true, ..Options::default() };
+    tf_dsv41::tp::same_everywhere(&dir, &opts, &comm).map_err(err)?;
     let (model, shared) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(comm)).map_err(err)?;
     let model = GpuModel::upload_rank(model, rank, false).map_err(err)?;
     if rank > 0 {
