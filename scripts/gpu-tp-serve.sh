@@ -28,6 +28,16 @@ ask() {
   done
 }
 rc=0
+# verdict OK WHAT: one line for the log; a failed check fails the script.
+verdict() {
+  if [[ $1 == 0 ]]; then echo "ok    $2" | tee -a "$log"; else echo "FAIL  $2" | tee -a "$log"; rc=1; fi
+}
+# same PORT NAME WHAT: the three answers on PORT equal the one-GPU server's.
+same() {
+  ask "$1" >"$out/$2.jsonl"
+  cmp -s "$out/plain.jsonl" "$out/$2.jsonl"
+  verdict $? "$3 == one GPU (3 requests)"
+}
 gpu-carry/tf serve --device cuda --port 8100 >"$out/plain.log" 2>&1 &
 pids+=($!)
 healthy 8100 || exit 1
@@ -43,35 +53,19 @@ gpu-carry/tf serve --tp 2 --tp-addr 127.0.0.1:29610 --tp-rank 0 --device "cuda:$
 rank0=$!
 pids+=($rank0)
 healthy 8101 || exit 1
-ask 8101 >"$out/tp2-processes.jsonl"
-if cmp -s "$out/plain.jsonl" "$out/tp2-processes.jsonl"; then
-  echo "ok    TP2 GPU ranks as processes over TCP == one GPU (3 requests)" | tee -a "$log"
-else
-  echo "FAIL  TP2 GPU ranks as processes over TCP differ from one GPU" | tee -a "$log"
-  rc=1
-fi
+same 8101 tp2-processes "TP2 GPU ranks as processes over TCP"
 kill -KILL "$rank1"
 ask 8101 >/dev/null 2>&1
 for _ in $(seq 100); do kill -0 "$rank0" 2>/dev/null || break; sleep 0.1; done
 wait "$rank0"
 code=$?
-if [[ $code == 70 ]]; then
-  echo "ok    a killed GPU rank makes the leader exit 70" | tee -a "$log"
-else
-  echo "FAIL  the leader exited $code after its follower was killed (want 70)" | tee -a "$log"
-  rc=1
-fi
+[[ $code == 70 ]]
+verdict $? "a killed GPU rank makes the leader exit 70 (it exited $code)"
 if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   gpu-carry/tf serve --tp 2 --device cuda --port 8102 >"$out/tp2-threads.log" 2>&1 &
   pids+=($!)
   healthy 8102 || exit 1
-  ask 8102 >"$out/tp2-threads.jsonl"
-  if cmp -s "$out/plain.jsonl" "$out/tp2-threads.jsonl"; then
-    echo "ok    TP2 GPU ranks as threads on GPUs 0 and 1 == one GPU" | tee -a "$log"
-  else
-    echo "FAIL  TP2 GPU ranks as threads differ from one GPU" | tee -a "$log"
-    rc=1
-  fi
+  same 8102 tp2-threads "TP2 GPU ranks as threads on GPUs 0 and 1"
 fi
 echo "gpu-tp-serve: exited $rc; logs in $out"
 exit "$rc"
