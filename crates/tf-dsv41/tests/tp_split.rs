@@ -143,3 +143,38 @@ fn the_lockstep_split_holds_each_backbone_expert_once_and_everything_else_everyw
         }
     }
 }
+
+/// Table rows gathered by owner: every rank gets each id's row in order; a rank whose read fails still sends, so nobody waits, and only it errs.
+#[test]
+fn table_rows_arrive_in_order_and_a_failed_read_blocks_no_rank() {
+    use tf_core::bf16;
+    use tf_dsv41::tp::{SharedComm, TableSplit};
+    let ids: Vec<u64> = vec![9, 0, 5, 9, 2, 7];
+    let row = |t: u64| vec![bf16::from_f32(t as f32), bf16::from_f32(-(t as f32))];
+    let comms = tf_collective::InProcessComm::group_with_timeout(2, std::time::Duration::from_secs(10));
+    let ranks: Vec<_> = comms
+        .into_iter()
+        .enumerate()
+        .map(|(rank, c)| {
+            let ids = ids.clone();
+            std::thread::spawn(move || {
+                let mut t = TableSplit::new(10, rank, 2);
+                t.comm = Some(SharedComm::new(Box::new(c)));
+                let good = t.rows(&ids, 2, |mine| Ok(mine.iter().flat_map(|&i| row(i)).collect()));
+                let bad = t.rows(&ids, 2, |mine| {
+                    if rank == 1 { Err("disk gone".into()) } else { Ok(mine.iter().flat_map(|&i| row(i)).collect()) }
+                });
+                (good, bad)
+            })
+        })
+        .collect();
+    let want: Vec<bf16> = ids.iter().flat_map(|&i| row(i)).collect();
+    for (rank, r) in ranks.into_iter().enumerate() {
+        let (good, bad) = r.join().unwrap();
+        assert_eq!(good.unwrap(), want, "rank {rank}: ids 0..5 from rank 0, 5..10 from rank 1, in request order");
+        match rank {
+            0 => assert_eq!(bad.unwrap()[..2], [bf16::ZERO, bf16::ZERO], "rank 1's rows arrive as zeros"),
+            _ => assert_eq!(bad.unwrap_err(), "disk gone"),
+        }
+    }
+}
