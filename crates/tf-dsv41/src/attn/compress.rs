@@ -4,7 +4,7 @@ use super::{AttnWeights, rope_bf16};
 use crate::linear::{Norm, rms_norm_rows};
 use crate::rope::Rope;
 use crate::state::CompressedCache;
-use crate::tp::by_rows;
+use crate::tp::{by_rows, by_rows_pair};
 use tf_core::bf16;
 use tf_core::formats::{Fp4Scale, qdq_fp4, to_bf16};
 
@@ -29,14 +29,13 @@ impl AttnWeights {
             });
         } else {
             // Each row's projected KV then gate, a share of rows per rank under a row share; the pooling stays in order.
-            let both = by_rows(self.sp.as_ref(), rows, 2 * d, |own| {
+            let (kv, gate) = by_rows_pair(self.sp.as_ref(), rows, (d, d), |own| {
                 let xf: Vec<f32> = x[own.start * inp..own.end * inp].iter().map(|v| v.to_f32()).collect();
-                let kv = c.wkv.forward_f32(&xf, own.len());
                 let gate = c.wgate.as_ref().expect("ratio-2 compressors have a gate").forward_f32(&xf, own.len());
-                kv.chunks_exact(d).zip(gate.chunks_exact(d)).flat_map(|(k, g)| k.iter().chain(g).copied()).collect()
+                (c.wkv.forward_f32(&xf, own.len()), gate)
             });
             for r in 0..rows {
-                let row = (both[2 * r * d..(2 * r + 1) * d].to_vec(), both[(2 * r + 1) * d..(2 * r + 2) * d].to_vec());
+                let row = (kv[r * d..(r + 1) * d].to_vec(), gate[r * d..(r + 1) * d].to_vec());
                 if let Some(recent) = cache.recent.as_mut() {
                     recent.push(row.clone());
                 }

@@ -103,19 +103,12 @@ impl AttnWeights {
     /// Every row's normed low-rank query and normed KV (`wq_a`, `wkv`), a share of rows per rank under a row share.
     fn front(&self, x: &[bf16], rows: usize, norm: crate::linear::Norm) -> (Vec<bf16>, Vec<bf16>) {
         let (dim, ql, d) = (self.wq_a.in_features(), self.wq_a.out_features(), self.head_dim);
-        let both = crate::tp::by_rows(self.sp.as_ref(), rows, ql + d, |own| {
+        crate::tp::by_rows_pair(self.sp.as_ref(), rows, (ql, d), |own| {
             let (x, n) = (&x[own.start * dim..own.end * dim], own.len());
             let xq = QuantActs::new(x, n, dim);
             let qr = rms_norm_rows(&self.wq_a.forward_acts(x, &xq), &self.q_norm, norm);
-            let kv = rms_norm_rows(&self.wkv.forward_acts(x, &xq), &self.kv_norm, norm);
-            qr.chunks_exact(ql).zip(kv.chunks_exact(d)).flat_map(|(q, k)| q.iter().chain(k).copied()).collect()
-        });
-        let (mut qr, mut kv) = (Vec::with_capacity(rows * ql), Vec::with_capacity(rows * d));
-        for row in both.chunks_exact(ql + d) {
-            qr.extend_from_slice(&row[..ql]);
-            kv.extend_from_slice(&row[ql..]);
-        }
-        (qr, kv)
+            (qr, rms_norm_rows(&self.wkv.forward_acts(x, &xq), &self.kv_norm, norm))
+        })
     }
 
     /// Each row's compressed groups: selected here (index sources), reused, or none for window-only layers.

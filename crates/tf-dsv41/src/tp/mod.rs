@@ -10,7 +10,7 @@ mod table;
 pub use budget::{Budget, Limits, WeightFormat, budget};
 pub use ep::{SharedComm, gather_cols, gather_experts, gather_owned};
 pub use local::{Follower, load_rank, same_everywhere, spawn, spawn_with};
-pub use rows::{RowShare, Wire, by_rows, by_rows_sized};
+pub use rows::{RowShare, Wire, by_rows, by_rows_pair, by_rows_sized};
 pub use table::TableSplit;
 
 use crate::Config;

@@ -60,6 +60,28 @@ pub fn by_rows<T: Wire>(
     by_rows_sized(sp, rows, &|_| width, f)
 }
 
+/// [`by_rows`] of two outputs per row (`wa` and `wb` wide), interleaved per row only on the wire.
+pub fn by_rows_pair<T: Wire>(
+    sp: Option<&RowShare>,
+    rows: usize,
+    (wa, wb): (usize, usize),
+    f: impl FnOnce(Range<usize>) -> (Vec<T>, Vec<T>),
+) -> (Vec<T>, Vec<T>) {
+    if !sp.is_some_and(|sp| sp.splits(rows)) {
+        return f(0..rows);
+    }
+    let both = by_rows(sp, rows, wa + wb, |own| {
+        let (a, b) = f(own);
+        a.chunks_exact(wa.max(1)).zip(b.chunks_exact(wb.max(1))).flat_map(|(a, b)| a.iter().chain(b).copied()).collect()
+    });
+    let (mut a, mut b) = (Vec::with_capacity(rows * wa), Vec::with_capacity(rows * wb));
+    for row in both.chunks_exact((wa + wb).max(1)) {
+        a.extend_from_slice(&row[..wa]);
+        b.extend_from_slice(&row[wa..]);
+    }
+    (a, b)
+}
+
 /// [`by_rows`] where row `r` has `size(r)` values (every rank computes the same sizes, so none travel).
 pub fn by_rows_sized<T: Wire>(
     sp: Option<&RowShare>,
