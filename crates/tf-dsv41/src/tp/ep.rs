@@ -6,7 +6,6 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use tf_collective::Comm;
 use tf_core::bf16;
-use tf_core::formats::to_bf16;
 
 /// One rank's communicator, shared by its lockstep driver and its MoE layers (all on one thread, one collective at a time).
 #[derive(Clone)]
@@ -37,35 +36,30 @@ impl std::fmt::Debug for SharedComm {
     }
 }
 
-/// Every rank's bf16 values, rank `r` sending `sizes[r]` (every rank knows all sizes, so none travel): one padded `all_gather`.
-fn gather_bf16(comm: &SharedComm, mine: impl Iterator<Item = bf16>, sizes: &[usize], what: &str) -> Vec<Vec<bf16>> {
-    let ranks = gather_f32(comm, mine.map(|v| v.to_f32()).collect(), sizes, what);
-    ranks.into_iter().map(|r| r.into_iter().map(to_bf16).collect()).collect()
-}
-
-/// Every rank's f32 values (bits kept), rank `r` sending `sizes[r]`, which every rank knows: one padded `all_gather`.
-pub(crate) fn gather_f32(comm: &SharedComm, mut send: Vec<f32>, sizes: &[usize], what: &str) -> Vec<Vec<f32>> {
+/// Every rank's values (bits kept), rank `r` sending `sizes[r]`, which every rank knows, so none travel: one padded `all_gather`.
+pub(crate) fn gather_sized<T: Wire>(comm: &SharedComm, mine: Vec<T>, sizes: &[usize], what: &str) -> Vec<Vec<T>> {
     let max = sizes.iter().copied().max().unwrap_or(0);
     // Every rank computes the same sizes, so all skip together or all gather.
     if max == 0 {
         return vec![Vec::new(); sizes.len()];
     }
+    let mut send: Vec<f32> = mine.into_iter().map(Wire::to_wire).collect();
     send.resize(max, 0.0);
     let mut all = vec![0.0f32; max * sizes.len()];
     comm.with(|c| c.all_gather(&send, &mut all))
         .unwrap_or_else(|e| panic!("tensor parallel: gathering {what} failed: {e}"));
-    all.chunks_exact(max).zip(sizes).map(|(c, &n)| c[..n].to_vec()).collect()
+    all.chunks_exact(max).zip(sizes).map(|(c, &n)| c[..n].iter().map(|&v| T::from_wire(v)).collect()).collect()
 }
 
 /// Every item's `dim` values in item order, item `i` sent by rank `owners[i]` (all ranks know every owner, so no sizes travel); `mine`: this rank's items in order.
 pub fn gather_owned<T: Wire>(comm: &SharedComm, owners: &[usize], dim: usize, mine: Vec<T>) -> Vec<T> {
     let world = comm.world_size();
     let sizes: Vec<usize> = (0..world).map(|r| owners.iter().filter(|&&o| o == r).count() * dim).collect();
-    let ranks = gather_f32(comm, mine.into_iter().map(Wire::to_wire).collect(), &sizes, "owned rows");
+    let ranks = gather_sized(comm, mine, &sizes, "owned rows");
     let mut at = vec![0; world];
     let mut out = Vec::with_capacity(owners.len() * dim);
     for &r in owners {
-        out.extend(ranks[r][at[r]..at[r] + dim].iter().map(|&v| T::from_wire(v)));
+        out.extend_from_slice(&ranks[r][at[r]..at[r] + dim]);
         at[r] += dim;
     }
     out
@@ -82,7 +76,7 @@ pub fn gather_experts(
     let parts = partition(experts, comm.world_size());
     let rows: Vec<usize> = (0..experts).map(|e| picks(e).len()).collect();
     let sizes: Vec<usize> = parts.iter().map(|p| p.clone().map(|e| rows[e]).sum::<usize>() * dim).collect();
-    let ranks = gather_bf16(comm, mine.into_iter().flatten(), &sizes, "expert outputs");
+    let ranks = gather_sized(comm, mine.into_iter().flatten().collect(), &sizes, "expert outputs");
     let mut out = vec![Vec::new(); experts];
     for (part, got) in parts.iter().zip(ranks) {
         let mut at = 0;
@@ -105,13 +99,12 @@ pub fn gather_cols<T: Wire + Default>(
 ) -> Vec<T> {
     let width = parts.last().map_or(0, |p| p.end) * unit;
     let sizes: Vec<usize> = parts.iter().map(|p| p.len() * unit * rows).collect();
-    let ranks = gather_f32(comm, local.iter().map(|v| v.to_wire()).collect(), &sizes, "column shares");
+    let ranks = gather_sized(comm, local.to_vec(), &sizes, "column shares");
     let mut out = vec![T::default(); rows * width];
     for (part, got) in parts.iter().zip(ranks) {
         let n = part.len() * unit;
         for (row, src) in got.chunks_exact(n.max(1)).enumerate() {
-            let dst = &mut out[row * width + part.start * unit..row * width + part.end * unit];
-            dst.iter_mut().zip(src).for_each(|(d, &v)| *d = T::from_wire(v));
+            out[row * width + part.start * unit..row * width + part.end * unit].copy_from_slice(src);
         }
     }
     out

@@ -1,6 +1,6 @@
 //! Sequence-parallel rows (issue 25): a long call's replicated per-row work split over the ranks by rows, then gathered.
 
-use super::ep::gather_f32;
+use super::ep::gather_sized;
 use super::{SharedComm, partition};
 use std::ops::Range;
 use tf_core::bf16;
@@ -94,6 +94,5 @@ pub fn by_rows_sized<T: Wire>(
     let local = if mine.is_empty() { Vec::new() } else { f(mine) };
     let sizes: Vec<usize> = parts.iter().map(|p| p.clone().map(size).sum()).collect();
     assert_eq!(local.len(), sizes[sp.comm.rank()], "a row share's rows have the sizes every rank expects");
-    let ranks = gather_f32(&sp.comm, local.into_iter().map(Wire::to_wire).collect(), &sizes, "sequence-parallel rows");
-    ranks.into_iter().flatten().map(T::from_wire).collect()
+    gather_sized(&sp.comm, local, &sizes, "sequence-parallel rows").into_iter().flatten().collect()
 }
