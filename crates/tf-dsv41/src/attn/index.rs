@@ -15,8 +15,11 @@ pub struct Shared {
     pub candidates: Vec<Vec<bool>>,
 }
 
-/// Index keys a layer scores against, and how many groups each row sees.
+/// What an index source scores: its normed inputs and q latents, the keys, and how many groups each row sees.
 pub(crate) struct IndexInput<'a> {
+    pub x: &'a [bf16],
+    pub qr: &'a [bf16],
+    pub rope: &'a Rope,
     pub keys: &'a [Vec<bf16>],
     pub pos0: usize,
     pub ratio: usize,
@@ -24,18 +27,11 @@ pub(crate) struct IndexInput<'a> {
 
 impl AttnWeights {
     /// Scores every row against the visible index keys and returns each row's selection (ascending); a share of rows per rank under a row share.
-    pub(crate) fn select(
-        &self,
-        x: &[bf16],
-        qr: &[bf16],
-        inp: &IndexInput<'_>,
-        rope: &Rope,
-        shared: &mut Shared,
-    ) -> Vec<Vec<usize>> {
-        let rows = qr.len() / self.indexer.as_ref().expect("select runs on index sources").wq_b.in_features();
+    pub(crate) fn select(&self, inp: &IndexInput<'_>, shared: &mut Shared) -> Vec<Vec<usize>> {
+        let rows = inp.qr.len() / self.indexer.as_ref().expect("select runs on index sources").wq_b.in_features();
         let picked = match self.sp.as_ref().filter(|sp| sp.splits(rows)) {
-            Some(_) => self.select_shared(x, qr, inp, rope, shared, rows),
-            None => self.select_rows(x, qr, inp, rope, shared, 0..rows),
+            Some(_) => self.select_shared(inp, shared, rows),
+            None => self.select_rows(inp, shared, 0..rows),
         };
         let mut out = Vec::with_capacity(rows);
         for (r, (sel, mask)) in picked.into_iter().enumerate() {
@@ -51,15 +47,7 @@ impl AttnWeights {
     }
 
     /// [`select_rows`] of every rank's rows: each row travels as its selection, then (candidate source) its kept blocks in fixed slots, −1 for none.
-    fn select_shared(
-        &self,
-        x: &[bf16],
-        qr: &[bf16],
-        inp: &IndexInput<'_>,
-        rope: &Rope,
-        shared: &Shared,
-        rows: usize,
-    ) -> Vec<(Vec<usize>, Vec<bool>)> {
+    fn select_shared(&self, inp: &IndexInput<'_>, shared: &Shared, rows: usize) -> Vec<(Vec<usize>, Vec<bool>)> {
         let block = self.candidate_block.max(1);
         let cl = |r: usize| visible_groups(inp.pos0 + r, inp.ratio);
         let sel = |r: usize| self.index_topk.min(cl(r));
@@ -67,7 +55,7 @@ impl AttnWeights {
             |r: usize| if self.is_candidate_source { self.candidate_blocks.min(cl(r).div_ceil(block)) } else { 0 };
         let wire = by_rows_sized(self.sp.as_ref(), rows, &|r| sel(r) + slots(r), |own| {
             let mut out = Vec::new();
-            for (r, (s, m)) in own.clone().zip(self.select_rows(x, qr, inp, rope, shared, own)) {
+            for (r, (s, m)) in own.clone().zip(self.select_rows(inp, shared, own)) {
                 debug_assert!(s.iter().all(|&g| g < 1 << 24), "group ids travel exactly in f32");
                 out.extend(s.iter().map(|&g| g as f32));
                 let kept = (0..m.len().div_ceil(block)).filter(|&b| m[b * block]).map(|b| b as f32);
@@ -93,13 +81,11 @@ impl AttnWeights {
     /// The selections of rows `own` and, from the candidate source, their candidate masks.
     fn select_rows(
         &self,
-        x: &[bf16],
-        qr: &[bf16],
         inp: &IndexInput<'_>,
-        rope: &Rope,
         shared: &Shared,
         own: std::ops::Range<usize>,
     ) -> Vec<(Vec<usize>, Vec<bool>)> {
+        let (x, qr, rope) = (inp.x, inp.qr, inp.rope);
         let ix = self.indexer.as_ref().expect("select runs on index sources");
         let (heads, hd, ql, dim) = (ix.heads, ix.head_dim, ix.wq_b.in_features(), ix.weights_proj.inp);
         let n = own.len();

@@ -142,8 +142,8 @@ impl AttnWeights {
             key_owner = st.last_key_publisher.unwrap_or(key_owner);
         }
         let keys = &st.compressed[key_owner].as_ref().expect("key owner has a cache").index_k;
-        let inp = IndexInput { keys, pos0: call.pos0, ratio: self.ratio };
-        let sel = self.select(x, qr, &inp, call.rope, shared);
+        let inp = IndexInput { x, qr, rope: call.rope, keys, pos0: call.pos0, ratio: self.ratio };
+        let sel = self.select(&inp, shared);
         shared.topk.insert(role.layer, sel.clone());
         Some(sel)
     }

@@ -263,24 +263,22 @@ impl GpuModel {
         Ok(run()?)
     }
 
-    /// f32 logits of every row of the streams (`head(norm(hc_pre(X, pre)))`), on the GPU.
+    /// f32 logits of every row of the streams (`head(norm(hc_pre(X, pre)))`), on the GPU: this rank's vocabulary share under a split.
     pub(crate) fn head_rows(&self, s: &GStreams) -> Result<Buf, Error> {
         let cfg = self.cfg();
         let (hc, dim) = (cfg.hc_mult, cfg.dim);
         let mut c = self.gpu.pool().take(s.rows * dim * 2)?;
         ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut c.view_mut(), (s.rows, hc, dim))?;
         let normed = self.norm(&c, &self.norm, s.rows, dim)?;
-        let logits = self.phase("head", || self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1))?;
-        match self.vocab {
-            Some(_) => self.gpu.upload(&self.vocab_rows(&logits, s.rows)?),
-            None => Ok(logits),
-        }
+        self.phase("head", || self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1))
     }
 
-    /// [`GpuModel::head_rows`] downloaded, a vector per row.
+    /// [`GpuModel::head_rows`] downloaded, a vector per row (under a vocabulary split, every rank's share gathered here).
     pub(crate) fn split_logits(&self, logits: &Buf) -> Result<Vec<Vec<f32>>, Error> {
-        let all: Vec<f32> = self.gpu.download(logits)?;
-        Ok(all.chunks_exact(self.cfg().vocab_size).map(<[f32]>::to_vec).collect())
+        let vocab = self.cfg().vocab_size;
+        let share = self.vocab.as_ref().map_or(vocab, |t| t.mine().len());
+        let all = self.vocab_rows(logits, logits.len() / 4 / share.max(1))?;
+        Ok(all.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
     }
 
     #[cfg(feature = "testkit")]
