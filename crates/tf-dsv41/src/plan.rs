@@ -56,6 +56,15 @@ pub struct Armed {
     pub history: Option<NgramHistory>,
 }
 
+/// One lane's rows in a step: `rows` consecutive rows of the streams at positions `pos0..`, with its run context and selections.
+pub struct Part<'l, B: Backend> {
+    pub lane: &'l mut B::Lane,
+    pub pos0: usize,
+    pub rows: usize,
+    pub ctx: B::Ctx,
+    pub shared: B::Shared,
+}
+
 /// The ops of the dsv41 forward on one backend; [`prefill`] and [`decode`] call them in the plan's order.
 pub trait Backend {
     type Lane: Lane;
@@ -102,19 +111,18 @@ pub trait Backend {
         ids: Option<&[Vec<u64>]>,
         ahead: Option<&ChunkRows>,
     ) -> Result<()>;
-    /// The DSpark tap of the streams, or `None` where this model or backend drafts nothing.
-    fn tap(&self, s: &Self::Streams) -> Result<Option<Self::Tap>>;
-    /// Attention then MoE of layer `layer` between hc collapse and expand, on `s` in place.
-    #[allow(clippy::too_many_arguments)]
+    /// The DSpark tap of each part's rows (`rows` per part, in stream order), or `None` where this model or backend drafts nothing.
+    fn tap(&self, s: &Self::Streams, rows: &[usize]) -> Result<Option<Vec<Self::Tap>>>;
+    /// Attention (each part on its own lane) then MoE (every row at once) of layer `layer`, on `s` in place.
     fn block(
         &self,
         layer: usize,
         s: &mut Self::Streams,
-        ctx: &mut Self::Ctx,
+        parts: &mut [Part<'_, Self>],
         run_compressor: bool,
-        lane: &mut Self::Lane,
-        shared: &mut Self::Shared,
-    ) -> Result<()>;
+    ) -> Result<()>
+    where
+        Self: Sized;
     /// Feeds the KV source at the encoder/decoder boundary its compressed rows of a buffered chunk.
     fn compress_source(&self, layer: usize, s: &Self::Streams, pos0: usize, lane: &mut Self::Lane) -> Result<()>;
     /// Appends rows to the lane's replay buffer and keeps its newest `window_size`.
@@ -154,29 +162,34 @@ pub fn engram_ids<B: Backend>(b: &B, lane: &mut B::Lane, tokens: &[u32]) -> Resu
     Ok((0..n).map(|l| (0..tokens.len()).map(|t| ids.at(l, t).to_vec()).collect()).collect())
 }
 
-/// Runs the blocks of `range` in order over `s` at positions `pos0..`; the DSpark taps, in target order.
+/// Runs the blocks of `range` in order over `s`, whose rows are the lanes' `(lane, pos0, rows)` in order; each lane's DSpark taps, in target order.
 fn run_blocks<B: Backend>(
     b: &B,
     range: Range<usize>,
     s: &mut B::Streams,
-    lane: &mut B::Lane,
-    pos0: usize,
+    lanes: Vec<(&mut B::Lane, usize, usize)>,
     (ids, ahead): (&[Vec<Vec<u64>>], &[ChunkRows]),
     replay_pass: bool,
-) -> Result<Vec<B::Tap>> {
+) -> Result<Vec<Vec<B::Tap>>> {
     let cfg = b.cfg();
-    let mut ctx = b.begin(lane, range.clone(), pos0, b.rows(s))?;
-    let mut shared = B::Shared::default();
-    let mut taps = Vec::new();
+    let mut parts = Vec::with_capacity(lanes.len());
+    for (lane, pos0, rows) in lanes {
+        let ctx = b.begin(lane, range.clone(), pos0, rows)?;
+        parts.push(Part { lane, pos0, rows, ctx, shared: B::Shared::default() });
+    }
+    let counts: Vec<usize> = parts.iter().map(|p| p.rows).collect();
+    let mut taps: Vec<Vec<B::Tap>> = parts.iter().map(|_| Vec::new()).collect();
     let first = range.start;
     for layer in range {
         let k = b.hasher().and_then(|h| h.layout().layer_index(layer));
         b.engram(layer, s, k.and_then(|k| ids.get(k)).map(Vec::as_slice), k.and_then(|k| ahead.get(k)))?;
-        if cfg.dspark_target_layer_ids.contains(&layer) {
-            taps.extend(b.tap(s)?);
+        if cfg.dspark_target_layer_ids.contains(&layer)
+            && let Some(t) = b.tap(s, &counts)?
+        {
+            taps.iter_mut().zip(t).for_each(|(v, t)| v.push(t));
         }
         // The replay pass's first layer already compressed these rows when they were buffered.
-        b.block(layer, s, &mut ctx, !(replay_pass && layer == first), lane, &mut shared)?;
+        b.block(layer, s, &mut parts, !(replay_pass && layer == first))?;
     }
     Ok(taps)
 }
@@ -199,13 +212,13 @@ pub fn prefill<B: Backend>(
     let mut s = b.embed(tokens)?;
     let (n, rows) = (b.cfg().n_layers, tokens.len());
     if !b.replay() {
-        let taps = run_blocks(b, 0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
-        b.seed_drafts(lane, pos0, &taps, rows)?;
+        let taps = run_blocks(b, 0..n, &mut s, vec![(&mut *lane, pos0, rows)], (&ids, ahead), false)?;
+        b.seed_drafts(lane, pos0, &taps[0], rows)?;
         *lane.pos_mut() += rows;
         return if last { Ok(Some(last_row(b, &s)?)) } else { Ok(None) };
     }
     let split = n / 2;
-    run_blocks(b, 0..split, &mut s, lane, pos0, (&ids, ahead), false)?;
+    run_blocks(b, 0..split, &mut s, vec![(&mut *lane, pos0, rows)], (&ids, ahead), false)?;
     b.compress_source(split, &s, pos0, lane)?;
     *lane.pos_mut() += rows;
     b.buffer_replay(lane, pos0, s, ids)?;
@@ -216,9 +229,9 @@ pub fn prefill<B: Backend>(
     for floor in &mut lane.window_floor_mut()[split..n] {
         *floor = start;
     }
-    let taps = run_blocks(b, split..n, &mut s, lane, start, (&ids, ahead), true)?;
     let replayed = b.rows(&s);
-    b.seed_drafts(lane, start, &taps, replayed)?;
+    let taps = run_blocks(b, split..n, &mut s, vec![(&mut *lane, start, replayed)], (&ids, ahead), true)?;
+    b.seed_drafts(lane, start, &taps[0], replayed)?;
     Ok(Some(last_row(b, &s)?))
 }
 
@@ -229,27 +242,53 @@ fn last_row<B: Backend>(b: &B, s: &B::Streams) -> Result<Vec<f32>> {
 
 /// Runs rows after the prompt (one decode token, or a few verify rows) through every layer; logits per row.
 pub fn decode<B: Backend>(b: &B, lane: &mut B::Lane, tokens: &[u32], ahead: &[ChunkRows]) -> Result<Vec<Vec<f32>>> {
-    b.arm(lane, None)?;
-    decode_rows(b, lane, tokens, ahead, true)
+    Ok(decode_lanes(b, &mut [lane], &[tokens], &[ahead])?.remove(0))
+}
+
+/// [`decode`] of several lanes in one step: their rows share every row-wise op (weights read once), each lane's bits as alone.
+pub fn decode_lanes<B: Backend>(
+    b: &B,
+    lanes: &mut [&mut B::Lane],
+    tokens: &[&[u32]],
+    ahead: &[&[ChunkRows]],
+) -> Result<Vec<Vec<Vec<f32>>>> {
+    for lane in lanes.iter_mut() {
+        b.arm(lane, None)?;
+    }
+    decode_rows(b, lanes, tokens, ahead, true)
 }
 
 /// [`decode`] of a verify window `[t, d1 .. dk]` that [`rewind`] can cut back to the rows it accepts.
 pub fn verify<B: Backend>(b: &B, lane: &mut B::Lane, tokens: &[u32], ahead: &[ChunkRows]) -> Result<Vec<Vec<f32>>> {
+    Ok(verify_lanes(b, &mut [lane], &[tokens], &[ahead])?.remove(0))
+}
+
+/// [`verify`] of several lanes' windows in one step; each lane can then be cut back on its own.
+pub fn verify_lanes<B: Backend>(
+    b: &B,
+    lanes: &mut [&mut B::Lane],
+    windows: &[&[u32]],
+    ahead: &[&[ChunkRows]],
+) -> Result<Vec<Vec<Vec<f32>>>> {
     let cfg = b.cfg();
-    if tokens.len() > cfg.window_size {
-        let what = format!("a verify window of {} rows is wider than the window of {}", tokens.len(), cfg.window_size);
+    if let Some(w) = windows.iter().find(|w| w.len() > cfg.window_size) {
+        let what = format!("a verify window of {} rows is wider than the window of {}", w.len(), cfg.window_size);
         return Err(CoreError::Invalid(what).into());
     }
     if b.opts().quirks.stale_index_keys {
         return Err(CoreError::Invalid("verify windows need the stale-index-keys quirk off".into()).into());
     }
-    let history = lane.engram_history().map(|h| h.clone());
-    let pos0 = *lane.pos_mut();
-    b.arm(lane, Some(Armed { pos0, tokens: tokens.to_vec(), history }))?;
+    for (lane, tokens) in lanes.iter_mut().zip(windows) {
+        let history = lane.engram_history().map(|h| h.clone());
+        let pos0 = *lane.pos_mut();
+        b.arm(lane, Some(Armed { pos0, tokens: tokens.to_vec(), history }))?;
+    }
     // Graphs are for plain steps: a window keeps its compressor rows for the rewind.
-    let rows = decode_rows(b, lane, tokens, ahead, false);
+    let rows = decode_rows(b, lanes, windows, ahead, false);
     if rows.is_err() {
-        b.arm(lane, None)?;
+        for lane in lanes.iter_mut() {
+            b.arm(lane, None)?;
+        }
     }
     rows
 }
@@ -265,31 +304,70 @@ pub fn rewind<B: Backend>(b: &B, lane: &mut B::Lane, keep: usize) -> Result<()> 
     Ok(())
 }
 
+/// Each lane's rows after its prompt, run as one set of streams; logits per lane, per row.
 fn decode_rows<B: Backend>(
     b: &B,
-    lane: &mut B::Lane,
-    tokens: &[u32],
-    ahead: &[ChunkRows],
+    lanes: &mut [&mut B::Lane],
+    tokens: &[&[u32]],
+    ahead: &[&[ChunkRows]],
     graphs: bool,
-) -> Result<Vec<Vec<f32>>> {
+) -> Result<Vec<Vec<Vec<f32>>>> {
+    if lanes.len() != tokens.len() || ahead.len() > lanes.len() {
+        let what = format!("{} lanes, {} token lists and {} read-aheads", lanes.len(), tokens.len(), ahead.len());
+        return Err(CoreError::Invalid(what).into());
+    }
+    for (lane, t) in lanes.iter().zip(tokens) {
+        check_decode(b, lane, t)?;
+    }
+    let pos0: Vec<usize> = lanes.iter_mut().map(|l| *l.pos_mut()).collect();
+    let mut ids: EngramIds = Vec::new();
+    for (lane, t) in lanes.iter_mut().zip(tokens) {
+        let lane_ids = engram_ids(b, lane, t)?;
+        ids.resize(lane_ids.len(), Vec::new());
+        ids.iter_mut().zip(lane_ids).for_each(|(all, mine)| all.extend(mine));
+    }
+    let ahead = merged_ahead(ahead);
+    let all: Vec<u32> = tokens.concat();
+    let n = b.cfg().n_layers;
+    let step = |lanes: &mut [&mut B::Lane]| {
+        let mut s = b.embed(&all)?;
+        let parts = lanes.iter_mut().zip(&pos0).zip(tokens).map(|((l, &p), t)| (&mut **l, p, t.len())).collect();
+        let taps = run_blocks(b, 0..n, &mut s, parts, (&ids, &ahead), false)?;
+        Ok((b.head(&s, false)?, taps))
+    };
+    // A captured step replays one lane's buffers, so several lanes always run directly.
+    let (logits, taps) =
+        if graphs && lanes.len() == 1 { b.decode_step(all.len(), || step(lanes))? } else { step(lanes)? };
+    // Seeding reads the taps back on the host, so it runs after a captured step, never inside it.
+    for (((lane, taps), &p), t) in lanes.iter_mut().zip(&taps).zip(&pos0).zip(tokens) {
+        b.seed_drafts(lane, p, taps, t.len())?;
+        *lane.pos_mut() += t.len();
+    }
+    let mut rows = b.host_logits(logits)?.into_iter();
+    Ok(tokens.iter().map(|t| rows.by_ref().take(t.len()).collect()).collect())
+}
+
+/// What [`decode`] refuses before it runs anything: a lane still in its prompt, no rows, ids outside the vocabulary.
+pub fn check_decode<B: Backend>(b: &B, lane: &B::Lane, tokens: &[u32]) -> Result<()> {
     if lane.replay_pending() {
         return Err(CoreError::Invalid("decode before the prompt's last chunk was prefilled".into()).into());
     }
     if tokens.is_empty() {
         return Err(CoreError::Invalid("decode of no tokens".into()).into());
     }
-    check_tokens(b.cfg(), tokens)?;
-    let pos0 = *lane.pos_mut();
-    let ids = engram_ids(b, lane, tokens)?;
-    let n = b.cfg().n_layers;
-    let step = |lane: &mut B::Lane| {
-        let mut s = b.embed(tokens)?;
-        let taps = run_blocks(b, 0..n, &mut s, lane, pos0, (&ids, ahead), false)?;
-        Ok((b.head(&s, false)?, taps))
-    };
-    let (logits, taps) = if graphs { b.decode_step(tokens.len(), || step(lane))? } else { step(lane)? };
-    // Seeding reads the taps back on the host, so it runs after a captured step, never inside it.
-    b.seed_drafts(lane, pos0, &taps, tokens.len())?;
-    *lane.pos_mut() += tokens.len();
-    b.host_logits(logits)
+    check_tokens(b.cfg(), tokens)
+}
+
+/// The lanes' rows fetched ahead, one chunk per Engram layer; a lane without read-ahead reads its rows from the table.
+fn merged_ahead(ahead: &[&[ChunkRows]]) -> Vec<ChunkRows> {
+    match ahead {
+        [] => Vec::new(),
+        [one] => one.to_vec(),
+        many => {
+            let layers = many.iter().map(|a| a.len()).max().unwrap_or(0);
+            (0..layers)
+                .filter_map(|k| ChunkRows::merge(&many.iter().filter_map(|a| a.get(k)).collect::<Vec<_>>()))
+                .collect()
+        }
+    }
 }

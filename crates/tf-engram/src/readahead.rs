@@ -23,6 +23,18 @@ impl ChunkRows {
         self.ids.len()
     }
 
+    /// The rows of several chunks of one table as one (several lanes' decode rows in one step).
+    pub fn merge(parts: &[&ChunkRows]) -> Option<ChunkRows> {
+        let first = parts.first()?;
+        let dim = first.dim;
+        let mut all: Vec<(u64, &[bf16])> =
+            parts.iter().flat_map(|p| p.ids.iter().zip(p.rows.chunks_exact(p.dim)).map(|(&id, r)| (id, r))).collect();
+        all.sort_by_key(|&(id, _)| id);
+        all.dedup_by_key(|&mut (id, _)| id);
+        let rows = all.iter().flat_map(|&(_, r)| r.iter().copied()).collect();
+        Some(ChunkRows { chunk: first.chunk, ids: all.into_iter().map(|(id, _)| id).collect(), rows, dim })
+    }
+
     /// Writes row `ids[i]` into `out[i·dim..]`, as [`EngramTable::gather`]; an id the chunk did not ask for is an error.
     pub fn gather(&self, ids: &[u64], out: &mut [bf16]) -> Result<()> {
         let dim = self.dim;
@@ -197,5 +209,30 @@ impl Drop for ReadAhead {
         self.stop.store(true, Ordering::Relaxed);
         // Dropping the receiver unblocks a worker waiting to send; it ends after its current chunk, so a cancelled prompt never waits on the disk.
         self.rx.take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkRows;
+    use tf_core::bf16;
+
+    fn chunk(ids: &[u64], dim: usize) -> ChunkRows {
+        let rows =
+            ids.iter().flat_map(|&id| (0..dim).map(move |c| bf16::from_f32((id * 10 + c as u64) as f32))).collect();
+        ChunkRows { chunk: 0, ids: ids.to_vec(), rows, dim }
+    }
+
+    #[test]
+    fn merged_chunks_serve_every_lane_row_once() {
+        let (a, b) = (chunk(&[3, 7, 9], 2), chunk(&[1, 7, 12], 2));
+        let m = ChunkRows::merge(&[&a, &b]).expect("two parts");
+        assert_eq!(m.distinct(), 5);
+        let mut out = vec![bf16::ZERO; 4 * 2];
+        m.gather(&[12, 3, 7, 1], &mut out).expect("every id was fetched by one part");
+        let want: Vec<f32> = [120.0, 121.0, 30.0, 31.0, 70.0, 71.0, 10.0, 11.0].to_vec();
+        assert_eq!(out.iter().map(|v| v.to_f32()).collect::<Vec<_>>(), want);
+        assert!(m.gather(&[5], &mut out[..2]).is_err(), "an id no part fetched is still an error");
+        assert!(ChunkRows::merge(&[]).is_none());
     }
 }

@@ -71,6 +71,28 @@ pub trait Family: Send + 'static {
     ) -> Result<Vec<Vec<f32>>, Self::Error> {
         self.decode(lane, tokens)
     }
+    /// Whether [`Family::decode_lanes`] runs its lanes as one step (the host then gives it every plain lane of a round).
+    fn batches(&self) -> bool {
+        false
+    }
+    /// One decode row per lane in one step (`pfs[i]`: lane `i`'s read-ahead); each result is `decode` alone's, bit for bit.
+    fn decode_lanes(
+        &self,
+        lanes: &mut [&mut Self::Lane],
+        tokens: &[u32],
+        pfs: &mut [Option<Self::Prefetch>],
+    ) -> Vec<Result<Vec<f32>, Self::Error>> {
+        assert!(lanes.len() == tokens.len() && pfs.len() == lanes.len(), "one token and one read-ahead slot per lane");
+        let each = lanes.iter_mut().zip(tokens).zip(pfs.iter_mut());
+        each.map(|((lane, &t), pf)| {
+            let rows = match pf {
+                Some(pf) => self.decode_prefetched(lane, &[t], pf),
+                None => self.decode(lane, &[t]),
+            };
+            rows.map(|mut r| r.remove(0))
+        })
+        .collect()
+    }
 }
 
 /// Draft tokens for the positions after a lane's next token, and the drafter's confidence logit of each.

@@ -34,6 +34,9 @@ fn eight_concurrent_requests_equal_their_solo_runs() {
     let rxs: Vec<_> = reqs.iter().map(|r| h.submit(r.clone()).unwrap()).collect();
     let together: Vec<Vec<Event>> = rxs.into_iter().map(collect).collect();
     assert_eq!(together, solo, "tokens and logprobs are bit-identical alone and batched");
+    let (steps, lanes) = h.metrics().decode_rounds();
+    assert!(lanes > steps + 8, "decode rounds ran lanes together: {lanes} lanes in {steps} steps");
+    assert!(h.metrics().render().contains(&format!("tf:decode_step_lanes_total {lanes}\n")));
     for events in &solo {
         assert!(matches!(events.last(), Some(Event::Done { finish: Finish::Length, completion_tokens: 12, .. })));
         assert!(matches!(&events[0], Event::Token(t) if t.logprob.is_some() && t.top.len() == 3));

@@ -8,6 +8,7 @@ use super::weights::{Acts, Buf, Exl3Run, Lin8, Mat, upload_bf16};
 use crate::config::RopeKind;
 use crate::linear::Dense;
 use crate::model::{Block, DSparkHeads, Drafts};
+use crate::plan::Part;
 use tf_core::bf16;
 use tf_cuda::{Error, Gpu};
 
@@ -65,16 +66,22 @@ impl GDSpark {
 }
 
 impl GpuModel {
-    /// The tap of `s`: a copy of its newest rows, as many as the rings keep.
-    pub(crate) fn tap_rows(&self, s: &GStreams) -> Result<Option<GTap>, Error> {
+    /// The tap of each part of `s` (`parts` rows each, in order): a copy of its newest rows, as many as the rings keep.
+    pub(crate) fn tap_rows(&self, s: &GStreams, parts: &[usize]) -> Result<Option<Vec<GTap>>, Error> {
         if self.dspark.is_none() {
             return Ok(None);
         }
         let row = self.cfg.hc_mult * self.cfg.dim * 2;
-        let rows = s.rows.min(self.cfg.window_size);
-        let mut x = self.gpu.pool().take(rows * row)?;
-        copy(self.gpu, &s.x, (s.rows - rows) * row, &mut x, 0, rows * row)?;
-        Ok(Some(GTap { x, rows }))
+        let mut end = 0;
+        let mut taps = Vec::with_capacity(parts.len());
+        for &n in parts {
+            end += n;
+            let rows = n.min(self.cfg.window_size);
+            let mut x = self.gpu.pool().take(rows * row)?;
+            copy(self.gpu, &s.x, (end - rows) * row, &mut x, 0, rows * row)?;
+            taps.push(GTap { x, rows });
+        }
+        Ok(Some(taps))
     }
 
     /// Window K=V of rows at `positions` for a stage: `fp8(rope(kv_norm(wkv(x))))`, as `AttnWeights::window_kv`.
@@ -161,10 +168,10 @@ impl GpuModel {
         ids[0] = next;
         let mut s = self.embed_rows(&ids)?;
         let mut run = || -> Result<Drafts, Error> {
-            let call = self.call(lane.pos, block, &[0])?;
-            let mut shared = Shared::default();
+            let (pos0, ctx) = (lane.pos, self.call(lane.pos, block, &[0])?);
+            let mut parts = [Part { lane: &mut *lane, pos0, rows: block, ctx, shared: Shared::default() }];
             for stage in &ds.stages {
-                self.block(stage, &mut s, &call, lane, &mut shared)?;
+                self.block(stage, &mut s, &mut parts)?;
             }
             let (hc, dim, vocab, rank) = (cfg.hc_mult, cfg.dim, cfg.vocab_size, ds.rank);
             let mut y = self.gpu.pool().take(block * dim * 2)?;

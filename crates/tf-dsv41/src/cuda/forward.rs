@@ -57,21 +57,21 @@ impl Backend for GpuModel {
         self.apply_engram(&self.blocks[layer], s, ids, ahead)
     }
 
-    fn tap(&self, s: &GStreams) -> Result<Option<Self::Tap>> {
-        Ok(self.tap_rows(s)?)
+    fn tap(&self, s: &GStreams, rows: &[usize]) -> Result<Option<Vec<Self::Tap>>> {
+        Ok(self.tap_rows(s, rows)?)
     }
 
     fn block(
         &self,
         layer: usize,
         s: &mut GStreams,
-        call: &mut Call,
+        parts: &mut [plan::Part<'_, Self>],
         run_compressor: bool,
-        lane: &mut GpuLane,
-        shared: &mut Shared,
     ) -> Result<()> {
-        call.run_compressor = run_compressor;
-        Ok(GpuModel::block(self, &self.blocks[layer], s, call, lane, shared)?)
+        for p in parts.iter_mut() {
+            p.ctx.run_compressor = run_compressor;
+        }
+        Ok(GpuModel::block(self, &self.blocks[layer], s, parts)?)
     }
 
     fn compress_source(&self, layer: usize, s: &GStreams, pos0: usize, lane: &mut GpuLane) -> Result<()> {
@@ -153,6 +153,16 @@ impl GpuModel {
     /// A verify window `[t, d1 .. dk]`: [`GpuModel::decode`] that [`GpuModel::rewind`] can cut back to the rows it accepts.
     pub fn verify(&self, lane: &mut GpuLane, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         plan::verify(self, lane, tokens, &[])
+    }
+
+    /// [`GpuModel::decode`] of several lanes in one step: row-wise ops once over every lane's rows, attention per lane.
+    pub fn decode_lanes(&self, lanes: &mut [&mut GpuLane], tokens: &[&[u32]]) -> Result<Vec<Vec<Vec<f32>>>> {
+        plan::decode_lanes(self, lanes, tokens, &[])
+    }
+
+    /// [`GpuModel::verify`] of several lanes' windows in one step.
+    pub fn verify_lanes(&self, lanes: &mut [&mut GpuLane], windows: &[&[u32]]) -> Result<Vec<Vec<Vec<f32>>>> {
+        plan::verify_lanes(self, lanes, windows, &[])
     }
 
     /// Keeps the first `keep` rows of the last verify window, as if only they had been decoded.

@@ -6,6 +6,7 @@ use super::ops::{self, Io};
 use super::weights::{Acts, Buf, Exl3Run, Mat, upload_bf16};
 use crate::config::{Config, RopeKind};
 use crate::model::{Model, Options};
+use crate::plan::Part;
 use crate::rope::Rope;
 use std::collections::HashMap;
 use std::path::Path;
@@ -318,19 +319,26 @@ impl GpuModel {
     }
 
     /// Attention then MoE between hc collapse and expand, on `s` in place (the CPU's `Block::forward`).
-    pub(crate) fn block(
-        &self,
-        b: &GBlock,
-        s: &mut GStreams,
-        call: &Call,
-        lane: &mut GpuLane,
-        shared: &mut Shared,
-    ) -> Result<(), Error> {
+    pub(crate) fn block(&self, b: &GBlock, s: &mut GStreams, parts: &mut [Part<'_, GpuModel>]) -> Result<(), Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
         let (hc, dim, rows) = (cfg.hc_mult, cfg.dim, s.rows);
         let mix_a = self.phase("mhc mixes", || self.mixes(&b.hc_attn, &s.x, rows))?;
         let a_in = self.phase("hc_pre + norm", || self.attn_input(b, s))?;
-        let a = self.phase("attention", || self.attention(&b.attn, &b.role, &a_in, call, lane, shared))?;
+        let a = self.phase("attention", || match parts {
+            [p] => self.attention(&b.attn, &b.role, &a_in, &p.ctx, p.lane, &mut p.shared),
+            parts => {
+                // Each lane attends over its own caches; its rows move to and from the shared streams on the device.
+                let (row, mut a, mut at) = (dim * 2, gpu.pool().take(rows * dim * 2)?, 0);
+                for p in parts.iter_mut() {
+                    let mut x = gpu.pool().take(p.rows * row)?;
+                    super::lane::copy(gpu, &a_in, at * row, &mut x, 0, p.rows * row)?;
+                    let o = self.attention(&b.attn, &b.role, &x, &p.ctx, p.lane, &mut p.shared)?;
+                    super::lane::copy(gpu, &o, 0, &mut a, at * row, p.rows * row)?;
+                    at += p.rows;
+                }
+                Ok(a)
+            }
+        })?;
         let mut x = gpu.pool().take(rows * hc * dim * 2)?;
         self.phase("hc_post", || {
             ops::hc_post(gpu, &a.view(), &s.x.view(), &mix_a.view(), &mut x.view_mut(), (rows, hc, dim))

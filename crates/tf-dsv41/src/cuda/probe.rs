@@ -73,7 +73,6 @@ impl GpuModel {
             let bcall = BlockCall {
                 cfg: &cfg,
                 rope: cpu.rope(b.role.rope),
-                pos0: 0,
                 run_compressor: true,
                 quirks: cpu.opts.quirks,
                 engram_ids,

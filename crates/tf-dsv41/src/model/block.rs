@@ -42,11 +42,18 @@ impl Streams {
     }
 }
 
+/// One lane's rows of a block call: `rows` consecutive rows at positions `pos0..`, its state and selections.
+pub struct LaneRows<'a> {
+    pub pos0: usize,
+    pub rows: usize,
+    pub st: &'a mut SeqState,
+    pub shared: &'a mut Shared,
+}
+
 /// Per-call settings shared by every block.
 pub struct BlockCall<'a> {
     pub cfg: &'a Config,
     pub rope: &'a Rope,
-    pub pos0: usize,
     pub run_compressor: bool,
     pub quirks: Quirks,
     pub engram_ids: Option<&'a [Vec<u64>]>,
@@ -102,23 +109,27 @@ impl Block {
         Ok(())
     }
 
-    /// Attention then MoE between hc collapse and expand, on `s` in place.
-    pub fn forward(&self, s: &mut Streams, call: &BlockCall<'_>, st: &mut SeqState, shared: &mut Shared) {
+    /// Attention (each lane on its own rows) then MoE (every row) between hc collapse and expand, on `s` in place.
+    pub fn forward(&self, s: &mut Streams, call: &BlockCall<'_>, lanes: &mut [LaneRows<'_>]) {
         let cfg = call.cfg;
         let (hc, dim, norm) = (cfg.hc_mult, cfg.dim, cfg.norm());
         let rows = s.pre.len();
         let (iters, hc_eps) = (cfg.hc_sinkhorn_iters, cfg.hc_eps);
         let mix_a = self.hc_attn.mixes(&s.x, rows, hc, iters, norm, hc_eps);
         let a_in = self.attn_input(s, cfg);
-        let attn_call = AttnCall {
-            role: &self.role,
-            rope: call.rope,
-            norm,
-            pos0: call.pos0,
-            run_compressor: call.run_compressor,
-            quirks: call.quirks,
-        };
-        let a = self.attn.forward(&a_in, &attn_call, st, shared);
+        let mut a = Vec::with_capacity(rows * dim);
+        for l in lanes.iter_mut() {
+            let attn_call = AttnCall {
+                role: &self.role,
+                rope: call.rope,
+                norm,
+                pos0: l.pos0,
+                run_compressor: call.run_compressor,
+                quirks: call.quirks,
+            };
+            let at = a.len() / dim;
+            a.extend(self.attn.forward(&a_in[at * dim..(at + l.rows) * dim], &attn_call, l.st, l.shared));
+        }
         let width = hc * dim;
         let mut x: Vec<bf16> = (0..rows)
             .flat_map(|r| hc_post(&a[r * dim..(r + 1) * dim], &s.x[r * width..(r + 1) * width], &mix_a[r], dim))

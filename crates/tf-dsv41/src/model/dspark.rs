@@ -1,6 +1,6 @@
 //! DSpark drafts (dsv41 §11): taps → main projection → ring seeds; draft blocks, Markov head and confidences.
 
-use super::{Block, BlockCall, Model, Streams};
+use super::{Block, BlockCall, LaneRows, Model, Streams};
 use crate::attn::Shared;
 use crate::config::RopeKind;
 use crate::linear::{Dense, load_bf16_vec, rms_norm_rows};
@@ -92,13 +92,12 @@ impl Model {
             let call = BlockCall {
                 cfg: &self.cfg,
                 rope: self.rope(RopeKind::Plain),
-                pos0: st.pos,
                 run_compressor: false,
                 quirks: self.opts.quirks,
                 engram_ids: None,
                 engram_rows: None,
             };
-            stage.forward(&mut s, &call, st, &mut shared);
+            stage.forward(&mut s, &call, &mut [LaneRows { pos0: st.pos, rows: block, st, shared: &mut shared }]);
         }
         let (hc, dim) = (self.cfg.hc_mult, self.cfg.dim);
         let y = s.collapse(hc, dim);

@@ -1,6 +1,6 @@
 //! The CPU backend of the forward plan (`crate::plan`): embedding, blocks, replay buffer and head on host rows.
 
-use super::{Block, BlockCall, Model, Streams};
+use super::{Block, BlockCall, LaneRows, Model, Streams};
 use crate::attn::Shared;
 use crate::linear::rms_norm_rows;
 use crate::plan::Result;
@@ -50,24 +50,37 @@ impl Backend for Model {
 
     fn engram(&self, layer: usize, s: &mut Streams, ids: Option<&[Vec<u64>]>, ahead: Option<&ChunkRows>) -> Result<()> {
         let b = &self.blocks[layer];
-        Ok(b.apply_engram(s, &self.block_call(b, 0, true, ids, ahead))?)
+        Ok(b.apply_engram(s, &self.block_call(b, true, ids, ahead))?)
     }
 
-    fn tap(&self, s: &Streams) -> Result<Option<Vec<bf16>>> {
-        Ok(self.dspark.as_ref().map(|_| Block::stream_mean(s, self.cfg.hc_mult, self.cfg.dim)))
+    fn tap(&self, s: &Streams, rows: &[usize]) -> Result<Option<Vec<Vec<bf16>>>> {
+        let Some(_) = &self.dspark else { return Ok(None) };
+        let mean = Block::stream_mean(s, self.cfg.hc_mult, self.cfg.dim);
+        let mut at = 0;
+        let dim = self.cfg.dim;
+        Ok(Some(
+            rows.iter()
+                .map(|&n| {
+                    at += n;
+                    mean[(at - n) * dim..at * dim].to_vec()
+                })
+                .collect(),
+        ))
     }
 
     fn block(
         &self,
         layer: usize,
         s: &mut Streams,
-        pos0: &mut usize,
+        parts: &mut [plan::Part<'_, Self>],
         run_compressor: bool,
-        st: &mut SeqState,
-        shared: &mut Shared,
     ) -> Result<()> {
         let b = &self.blocks[layer];
-        b.forward(s, &self.block_call(b, *pos0, run_compressor, None, None), st, shared);
+        let mut lanes: Vec<LaneRows<'_>> = parts
+            .iter_mut()
+            .map(|p| LaneRows { pos0: p.pos0, rows: p.rows, st: &mut *p.lane, shared: &mut p.shared })
+            .collect();
+        b.forward(s, &self.block_call(b, run_compressor, None, None), &mut lanes);
         Ok(())
     }
 
@@ -158,7 +171,6 @@ impl Model {
     fn block_call<'a>(
         &'a self,
         b: &Block,
-        pos0: usize,
         run_compressor: bool,
         engram_ids: Option<&'a [Vec<u64>]>,
         engram_rows: Option<&'a ChunkRows>,
@@ -166,7 +178,6 @@ impl Model {
         BlockCall {
             cfg: &self.cfg,
             rope: self.rope(b.role.rope),
-            pos0,
             run_compressor,
             quirks: self.opts.quirks,
             engram_ids,
@@ -216,6 +227,16 @@ impl Model {
     /// A verify window `[t, d1 .. dk]`: [`Model::decode`] that [`Model::rewind`] can cut back to the rows it accepts.
     pub fn verify(&self, st: &mut SeqState, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         plan::verify(self, st, tokens, &[])
+    }
+
+    /// [`Model::decode`] of several lanes in one step (`tokens[i]` on `lanes[i]`); each lane's rows equal its decode alone.
+    pub fn decode_lanes(&self, lanes: &mut [&mut SeqState], tokens: &[&[u32]]) -> Result<Vec<Vec<Vec<f32>>>> {
+        plan::decode_lanes(self, lanes, tokens, &[])
+    }
+
+    /// [`Model::verify`] of several lanes' windows in one step; [`Model::rewind`] then cuts each lane back on its own.
+    pub fn verify_lanes(&self, lanes: &mut [&mut SeqState], windows: &[&[u32]]) -> Result<Vec<Vec<Vec<f32>>>> {
+        plan::verify_lanes(self, lanes, windows, &[])
     }
 
     /// Keeps the first `keep` rows of the last verify window, as if only they had been decoded.

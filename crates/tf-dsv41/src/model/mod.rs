@@ -6,7 +6,7 @@ mod forward;
 pub(crate) mod prefetch;
 mod rewind;
 
-pub use block::{Block, BlockCall, Streams};
+pub use block::{Block, BlockCall, LaneRows, Streams};
 pub use dspark::{DSparkHeads, Drafts};
 pub use prefetch::Prefetch;
 

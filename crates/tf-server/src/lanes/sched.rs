@@ -224,15 +224,28 @@ impl<F: Family> Scheduler<F> {
             _ => decoding,
         };
         self.decode_turn = !self.decode_turn;
-        let mut remove = Vec::new();
+        let panicked = || After::Remove(Outcome::Error, Some(Event::Error("internal error in the model step".into())));
+        let (mut afters, mut plain) = (Vec::new(), Vec::new());
         for i in lanes {
-            let after = if let Some(outcome) = self.active[i].job.cancelled() {
-                After::Remove(outcome, None)
-            } else {
-                catch_unwind(AssertUnwindSafe(|| self.step_lane(i))).unwrap_or_else(|_| {
-                    After::Remove(Outcome::Error, Some(Event::Error("internal error in the model step".into())))
-                })
-            };
+            if let Some(outcome) = self.active[i].job.cancelled() {
+                afters.push((i, After::Remove(outcome, None)));
+                continue;
+            }
+            match catch_unwind(AssertUnwindSafe(|| self.step_lane(i))) {
+                Ok(Some(after)) => afters.push((i, after)),
+                Ok(None) => plain.push(i),
+                Err(_) => afters.push((i, panicked())),
+            }
+        }
+        // A family that batches decodes every plain lane in one step (a panic there fails that step's lanes); others one lane a step.
+        let groups = if self.family.batches() { vec![plain] } else { plain.into_iter().map(|i| vec![i]).collect() };
+        for group in groups.into_iter().filter(|g| !g.is_empty()) {
+            let round = catch_unwind(AssertUnwindSafe(|| self.decode_round(&group)));
+            afters.extend(round.unwrap_or_else(|_| group.iter().map(|&i| (i, panicked())).collect()));
+        }
+        afters.sort_by_key(|(i, _)| *i);
+        let mut remove = Vec::new();
+        for (i, after) in afters {
             if let After::Remove(outcome, last) = after {
                 self.metrics.finished(outcome, self.active[i].job.submitted.elapsed().as_secs_f64());
                 remove.push((i, last));
@@ -249,18 +262,16 @@ impl<F: Family> Scheduler<F> {
         }
     }
 
-    fn step_lane(&mut self, i: usize) -> After {
+    /// A prompt chunk or a verify window on lane `i`; `None`: the lane decodes plainly, in this round's batched step.
+    fn step_lane(&mut self, i: usize) -> Option<After> {
         let a = &mut self.active[i];
-        if a.fed >= a.job.req.prompt.len()
-            && a.draft.wants()
-            && let Some(after) = self.draft_step(i)
-        {
-            return after;
+        if a.fed >= a.job.req.prompt.len() {
+            return if a.draft.wants() { self.draft_step(i) } else { None };
         }
         let (family, chunk) = (&self.family, self.limits.prefill_chunk.max(1));
         let a = &mut self.active[i];
         let prompt = &a.job.req.prompt;
-        let logits = if a.fed < prompt.len() {
+        let logits = {
             let end = chunk_end(a.fed, prompt.len(), chunk, a.snapshot_at);
             let (tokens, last) = (&prompt[a.fed..end], end == prompt.len());
             let r = match a.prefetch.as_mut() {
@@ -280,18 +291,8 @@ impl<F: Family> Scheduler<F> {
             }
             match r {
                 Ok(Some(l)) => l,
-                Ok(None) => return After::Continue,
-                Err(e) => return fail(e.to_string()),
-            }
-        } else {
-            let next = a.next.expect("a lane past its prompt has a next token");
-            let r = match a.decode_pf.take() {
-                Some(mut pf) => family.decode_prefetched(&mut a.lane, &[next], &mut pf),
-                None => family.decode(&mut a.lane, &[next]),
-            };
-            match r {
-                Ok(mut rows) => rows.remove(0),
-                Err(e) => return fail(e.to_string()),
+                Ok(None) => return Some(After::Continue),
+                Err(e) => return Some(fail(e.to_string())),
             }
         };
         let after = emit(a, &logits, family.eos_token(), family.max_context(), &self.metrics);
@@ -299,7 +300,34 @@ impl<F: Family> Scheduler<F> {
             // The token's rows are read while other lanes' steps run, one step ahead of its own.
             a.decode_pf = family.prefetch_decode(&a.lane, &[next]);
         }
-        after
+        Some(after)
+    }
+
+    /// One decode row on each lane of `idx` (ascending), all in one family step: weights are read once for the round.
+    fn decode_round(&mut self, idx: &[usize]) -> Vec<(usize, After)> {
+        let (family, metrics) = (&self.family, &self.metrics);
+        let mut sel: Vec<&mut Active<F::Lane, F::Prefetch>> =
+            self.active.iter_mut().enumerate().filter(|(i, _)| idx.contains(i)).map(|(_, a)| a).collect();
+        let tokens: Vec<u32> = sel.iter().map(|a| a.next.expect("a lane past its prompt has a next token")).collect();
+        let mut pfs: Vec<Option<F::Prefetch>> = sel.iter_mut().map(|a| a.decode_pf.take()).collect();
+        let results = {
+            let mut lanes: Vec<&mut F::Lane> = sel.iter_mut().map(|a| &mut a.lane).collect();
+            family.decode_lanes(&mut lanes, &tokens, &mut pfs)
+        };
+        metrics.decode_round(sel.len());
+        let each = sel.into_iter().zip(idx).zip(results);
+        each.map(|((a, &i), r)| {
+            let after = match r {
+                Ok(logits) => emit(a, &logits, family.eos_token(), family.max_context(), metrics),
+                Err(e) => fail(e.to_string()),
+            };
+            if let (After::Continue, Some(next)) = (&after, a.next) {
+                // The token's rows are read while other lanes' prompt chunks run, one step ahead of its own.
+                a.decode_pf = family.prefetch_decode(&a.lane, &[next]);
+            }
+            (i, after)
+        })
+        .collect()
     }
 }
 

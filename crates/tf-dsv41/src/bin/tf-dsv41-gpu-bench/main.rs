@@ -2,6 +2,7 @@
 
 mod count;
 mod draft;
+mod lanes;
 mod ops;
 
 use count::{row_flops, step_bytes};
@@ -14,7 +15,7 @@ use tf_dsv41::cuda::weights::Exl3Run;
 use tf_dsv41::cuda::{GpuLane, GpuModel, flash_config, flash_config_dspark, open_gpu};
 use tf_exl3::exl3_mma::Exl3Kernels;
 
-/// Decode batches measured by default (`TF_BENCH_BATCHES=1,8` picks): rows of one call, as a verify window (no cross-lane batching yet).
+/// Decode batches measured by default (`TF_BENCH_BATCHES=1,8` picks): rows of one call, as a verify window.
 const BATCHES: [usize; 3] = [1, 8, 32];
 /// The FP8 GEMM shapes whose best rate is the prefill ceiling (scripts/fp8_rate.py's, so the two agree).
 const FP8_SHAPES: [(usize, usize, usize); 3] = [(8192, 8192, 8192), (8192, 5120, 5120), (8192, 2304, 5120)];
@@ -117,13 +118,21 @@ fn run() -> Result<Value, String> {
         "[bench] graphs: {} steps captured, {} updated an executable, {} instantiated",
         g.captured, g.updated, g.instantiated
     );
+    // TF_BENCH_LANES=2,8 picks the lane counts decoded in one step (one row each); 0 skips.
+    let counts: Vec<usize> = std::env::var("TF_BENCH_LANES")
+        .unwrap_or_else(|_| "8,32".into())
+        .split(',')
+        .filter_map(|b| b.trim().parse().ok())
+        .filter(|&n| n > 0)
+        .collect();
+    let lanes = lanes::lanes_bench(&model, &base, &counts, (ctx, gbps), &mut rng)?;
     let drafts = if drafting { draft::draft_bench(&model, &base, &mut rng)? } else { Value::Null };
     let profile = profile(&model, &base, &mut rng)?;
     drop(base);
     let prefill = if prompt == 0 { Value::Null } else { prefill(&model, prompt, chunk, budget_s, &mut rng)? };
     let exl3 = json!({"k": env("TF_BENCH_EXL3", 0), "prompt_gemm_rows": env("TF_BENCH_EXL3_PROMPT", 0)});
     Ok(json!({"copy_gbps": gbps, "layers": layers, "exl3": exl3, "weights_bytes": all, "context": ctx,
-              "decode": decode, "drafting": drafts, "profile": profile, "prefill": prefill, "ops": op_times}))
+              "decode": decode, "lanes": lanes, "drafting": drafts, "profile": profile, "prefill": prefill, "ops": op_times}))
 }
 
 /// `b` rows per call on a fork of the context lane: route pass (untimed), two warm calls, then the median of STEPS.

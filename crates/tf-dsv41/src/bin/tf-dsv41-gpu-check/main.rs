@@ -6,6 +6,7 @@ mod e2e;
 mod engram;
 mod graphs;
 mod index;
+mod lanes;
 mod lengths;
 mod lin;
 mod mix;
@@ -80,6 +81,9 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
     }
     for kind in [TinyKind::Tiny, TinyKind::Small] {
         run_one(&format!("dspark {}", kind.name()), &mut |r| dspark::check(gpu, rng, r, kind));
+    }
+    for kind in [TinyKind::Tiny, TinyKind::Small] {
+        run_one(&format!("lanes {}", kind.name()), &mut |r| lanes::check(gpu, rng, r, kind));
     }
     run_one("engram read-ahead", &mut |r| engram::check(gpu, rng, r));
     run_one("probe", &mut |r| probe::check(gpu, rng, r));
