@@ -41,21 +41,22 @@ fn dsv41_prefetch_decode<M: crate::plan::Backend>(
     dsv41_prefetch(m, Some(hist), tokens, &[tokens.len()]).ok().flatten()
 }
 
-/// Every lane's decode row in one plan step; a lane whose own checks or read-ahead fail gets that error and stays out of the step.
-fn dsv41_decode_lanes<M: crate::plan::Backend>(
+/// Every lane's rows in one plan step; a lane whose own checks or read-ahead fail gets that error and stays out of the step.
+fn dsv41_step_lanes<M: crate::plan::Backend>(
     m: &M,
     lanes: &mut [&mut M::Lane],
-    tokens: &[u32],
+    rows: &[&[u32]],
+    verify: &[bool],
     pfs: &mut [Option<crate::model::Prefetch>],
-) -> Vec<Result<Vec<f32>, Error>> {
-    let mut out: Vec<Option<Result<Vec<f32>, Error>>> = (0..lanes.len()).map(|_| None).collect();
+) -> Vec<Result<Vec<Vec<f32>>, Error>> {
+    let mut out: Vec<Option<Result<Vec<Vec<f32>>, Error>>> = (0..lanes.len()).map(|_| None).collect();
     let mut ahead = vec![Vec::new(); lanes.len()];
     for (i, lane) in lanes.iter_mut().enumerate() {
         let fetched = match pfs.get_mut(i).and_then(Option::as_mut) {
-            Some(pf) => pf.next_chunk(1).map_err(Error::from),
-            None => Ok(Vec::new()),
+            Some(pf) if !verify[i] => pf.next_chunk(rows[i].len()).map_err(Error::from),
+            _ => Ok(Vec::new()),
         };
-        match fetched.and_then(|a| crate::plan::check_decode(m, lane, &tokens[i..=i]).map(|()| a)) {
+        match fetched.and_then(|a| crate::plan::check_lane(m, lane, rows[i], verify[i]).map(|()| a)) {
             Ok(a) => ahead[i] = a,
             Err(e) => out[i] = Some(Err(e)),
         }
@@ -63,10 +64,11 @@ fn dsv41_decode_lanes<M: crate::plan::Backend>(
     let run: Vec<usize> = (0..lanes.len()).filter(|&i| out[i].is_none()).collect();
     let mut step: Vec<&mut M::Lane> =
         lanes.iter_mut().enumerate().filter(|(i, _)| out[*i].is_none()).map(|(_, l)| &mut **l).collect();
-    let rows: Vec<&[u32]> = run.iter().map(|&i| &tokens[i..=i]).collect();
+    let sel_rows: Vec<&[u32]> = run.iter().map(|&i| rows[i]).collect();
+    let sel_verify: Vec<bool> = run.iter().map(|&i| verify[i]).collect();
     let aheads: Vec<&[tf_engram::ChunkRows]> = run.iter().map(|&i| ahead[i].as_slice()).collect();
-    match crate::plan::decode_lanes(m, &mut step, &rows, &aheads) {
-        Ok(logits) => run.iter().zip(logits).for_each(|(&i, mut l)| out[i] = Some(Ok(l.remove(0)))),
+    match crate::plan::step_lanes(m, &mut step, &sel_rows, &sel_verify, &aheads) {
+        Ok(logits) => run.iter().zip(logits).for_each(|(&i, l)| out[i] = Some(Ok(l))),
         Err(e) => {
             // The step's lanes were all part way through it: each fails, the first with the cause itself.
             let msg = e.to_string();
@@ -122,13 +124,14 @@ macro_rules! dsv41_read_ahead {
             true
         }
 
-        fn decode_lanes(
+        fn step_lanes(
             &self,
             lanes: &mut [&mut Self::Lane],
-            tokens: &[u32],
+            rows: &[&[u32]],
+            verify: &[bool],
             pfs: &mut [Option<Self::Prefetch>],
-        ) -> Vec<Result<Vec<f32>, Error>> {
-            dsv41_decode_lanes(self, lanes, tokens, pfs)
+        ) -> Vec<Result<Vec<Vec<f32>>, Error>> {
+            dsv41_step_lanes(self, lanes, rows, verify, pfs)
         }
     };
 }

@@ -252,10 +252,7 @@ pub fn decode_lanes<B: Backend>(
     tokens: &[&[u32]],
     ahead: &[&[ChunkRows]],
 ) -> Result<Vec<Vec<Vec<f32>>>> {
-    for lane in lanes.iter_mut() {
-        b.arm(lane, None)?;
-    }
-    decode_rows(b, lanes, tokens, ahead, true)
+    step_lanes(b, lanes, tokens, &vec![false; lanes.len()], ahead)
 }
 
 /// [`decode`] of a verify window `[t, d1 .. dk]` that [`rewind`] can cut back to the rows it accepts.
@@ -270,27 +267,43 @@ pub fn verify_lanes<B: Backend>(
     windows: &[&[u32]],
     ahead: &[&[ChunkRows]],
 ) -> Result<Vec<Vec<Vec<f32>>>> {
-    let cfg = b.cfg();
-    if let Some(w) = windows.iter().find(|w| w.len() > cfg.window_size) {
-        let what = format!("a verify window of {} rows is wider than the window of {}", w.len(), cfg.window_size);
+    step_lanes(b, lanes, windows, &vec![true; lanes.len()], ahead)
+}
+
+/// One step over several lanes: lane `i` runs `rows[i]` as a verify window where `verify[i]` (see [`verify`]), else as decode rows.
+pub fn step_lanes<B: Backend>(
+    b: &B,
+    lanes: &mut [&mut B::Lane],
+    rows: &[&[u32]],
+    verify: &[bool],
+    ahead: &[&[ChunkRows]],
+) -> Result<Vec<Vec<Vec<f32>>>> {
+    if verify.len() != lanes.len() || rows.len() != lanes.len() || ahead.len() > lanes.len() {
+        let what = format!(
+            "{} lanes, {} row lists, {} verify flags, {} read-aheads",
+            lanes.len(),
+            rows.len(),
+            verify.len(),
+            ahead.len()
+        );
         return Err(CoreError::Invalid(what).into());
     }
-    if b.opts().quirks.stale_index_keys {
-        return Err(CoreError::Invalid("verify windows need the stale-index-keys quirk off".into()).into());
+    for ((lane, t), &v) in lanes.iter().zip(rows).zip(verify) {
+        check_lane(b, lane, t, v)?;
     }
-    for (lane, tokens) in lanes.iter_mut().zip(windows) {
-        let history = lane.engram_history().map(|h| h.clone());
+    for ((lane, tokens), &v) in lanes.iter_mut().zip(rows).zip(verify) {
+        let history = lane.engram_history().filter(|_| v).map(|h| h.clone());
         let pos0 = *lane.pos_mut();
-        b.arm(lane, Some(Armed { pos0, tokens: tokens.to_vec(), history }))?;
+        b.arm(lane, v.then(|| Armed { pos0, tokens: tokens.to_vec(), history }))?;
     }
     // Graphs are for plain steps: a window keeps its compressor rows for the rewind.
-    let rows = decode_rows(b, lanes, windows, ahead, false);
-    if rows.is_err() {
+    let out = decode_rows(b, lanes, rows, ahead, !verify.contains(&true));
+    if out.is_err() {
         for lane in lanes.iter_mut() {
             b.arm(lane, None)?;
         }
     }
-    rows
+    out
 }
 
 /// Keeps the first `keep` rows of the last verify window and drops the rest, as if only those had been decoded.
@@ -312,13 +325,6 @@ fn decode_rows<B: Backend>(
     ahead: &[&[ChunkRows]],
     graphs: bool,
 ) -> Result<Vec<Vec<Vec<f32>>>> {
-    if lanes.len() != tokens.len() || ahead.len() > lanes.len() {
-        let what = format!("{} lanes, {} token lists and {} read-aheads", lanes.len(), tokens.len(), ahead.len());
-        return Err(CoreError::Invalid(what).into());
-    }
-    for (lane, t) in lanes.iter().zip(tokens) {
-        check_decode(b, lane, t)?;
-    }
     let pos0: Vec<usize> = lanes.iter_mut().map(|l| *l.pos_mut()).collect();
     let mut ids: EngramIds = Vec::new();
     for (lane, t) in lanes.iter_mut().zip(tokens) {
@@ -347,15 +353,24 @@ fn decode_rows<B: Backend>(
     Ok(tokens.iter().map(|t| rows.by_ref().take(t.len()).collect()).collect())
 }
 
-/// What [`decode`] refuses before it runs anything: a lane still in its prompt, no rows, ids outside the vocabulary.
-pub fn check_decode<B: Backend>(b: &B, lane: &B::Lane, tokens: &[u32]) -> Result<()> {
+/// What a step refuses for one lane before it runs anything: a lane still in its prompt, no rows, ids outside the vocabulary, a bad window.
+pub fn check_lane<B: Backend>(b: &B, lane: &B::Lane, tokens: &[u32], verify: bool) -> Result<()> {
     if lane.replay_pending() {
         return Err(CoreError::Invalid("decode before the prompt's last chunk was prefilled".into()).into());
     }
     if tokens.is_empty() {
         return Err(CoreError::Invalid("decode of no tokens".into()).into());
     }
-    check_tokens(b.cfg(), tokens)
+    check_tokens(b.cfg(), tokens)?;
+    let cfg = b.cfg();
+    if verify && tokens.len() > cfg.window_size {
+        let what = format!("a verify window of {} rows is wider than the window of {}", tokens.len(), cfg.window_size);
+        return Err(CoreError::Invalid(what).into());
+    }
+    if verify && b.opts().quirks.stale_index_keys {
+        return Err(CoreError::Invalid("verify windows need the stale-index-keys quirk off".into()).into());
+    }
+    Ok(())
 }
 
 /// The lanes' rows fetched ahead, one chunk per Engram layer; a lane without read-ahead reads its rows from the table.

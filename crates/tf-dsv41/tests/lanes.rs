@@ -115,10 +115,11 @@ fn a_lane_that_cannot_decode_fails_alone_and_the_others_decode() {
     let (ta, tc) = (argmax(&ra), argmax(&rc));
     let (mut a1, mut c1) = (a.clone(), c.clone());
     let want = [m.decode(&mut a1, &[ta]).unwrap().remove(0), m.decode(&mut c1, &[tc]).unwrap().remove(0)];
-    let out = Family::decode_lanes(&m, &mut [&mut a, &mut bad, &mut c], &[ta, vocab + 5, tc], &mut [None, None, None]);
+    let rows: [&[u32]; 3] = [&[ta], &[vocab + 5], &[tc]];
+    let out = Family::step_lanes(&m, &mut [&mut a, &mut bad, &mut c], &rows, &[false; 3], &mut [None, None, None]);
     let err = out[1].as_ref().unwrap_err().to_string();
     assert!(err.contains("outside the vocabulary"), "the bad lane's own error: {err}");
-    assert!(out[0].as_ref().unwrap() == &want[0] && out[2].as_ref().unwrap() == &want[1]);
+    assert!(out[0].as_ref().unwrap()[0] == want[0] && out[2].as_ref().unwrap()[0] == want[1]);
     assert_eq!((a.pos, bad.pos, c.pos), (pa.len() + 1, pa.len(), pc.len() + 1), "the bad lane did not move");
     let mix = m.decode_lanes(&mut [&mut a, &mut c], &[&[3], &[]]);
     assert!(

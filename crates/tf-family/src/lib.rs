@@ -71,25 +71,27 @@ pub trait Family: Send + 'static {
     ) -> Result<Vec<Vec<f32>>, Self::Error> {
         self.decode(lane, tokens)
     }
-    /// Whether [`Family::decode_lanes`] runs its lanes as one step (the host then gives it every plain lane of a round).
+    /// Whether [`Family::step_lanes`] runs its lanes as one step (the host then gives it every decoding lane of a round).
     fn batches(&self) -> bool {
         false
     }
-    /// One decode row per lane in one step (`pfs[i]`: lane `i`'s read-ahead); each result is `decode` alone's, bit for bit.
-    fn decode_lanes(
+    /// Lane `i` runs `rows[i]`: a verify window where `verify[i]`, else decode rows (`pfs[i]`: their read-ahead); results as alone, bit for bit.
+    fn step_lanes(
         &self,
         lanes: &mut [&mut Self::Lane],
-        tokens: &[u32],
+        rows: &[&[u32]],
+        verify: &[bool],
         pfs: &mut [Option<Self::Prefetch>],
-    ) -> Vec<Result<Vec<f32>, Self::Error>> {
-        assert!(lanes.len() == tokens.len() && pfs.len() == lanes.len(), "one token and one read-ahead slot per lane");
-        let each = lanes.iter_mut().zip(tokens).zip(pfs.iter_mut());
-        each.map(|((lane, &t), pf)| {
-            let rows = match pf {
-                Some(pf) => self.decode_prefetched(lane, &[t], pf),
-                None => self.decode(lane, &[t]),
-            };
-            rows.map(|mut r| r.remove(0))
+    ) -> Vec<Result<Vec<Vec<f32>>, Self::Error>> {
+        assert!(
+            rows.len() == lanes.len() && verify.len() == lanes.len() && pfs.len() == lanes.len(),
+            "one of each per lane"
+        );
+        let each = lanes.iter_mut().zip(rows).zip(verify).zip(pfs.iter_mut());
+        each.map(|(((lane, rows), &v), pf)| match (v, pf) {
+            (true, _) => self.verify(lane, rows),
+            (false, Some(pf)) => self.decode_prefetched(lane, rows, pf),
+            (false, None) => self.decode(lane, rows),
         })
         .collect()
     }

@@ -225,23 +225,24 @@ impl<F: Family> Scheduler<F> {
         };
         self.decode_turn = !self.decode_turn;
         let panicked = || After::Remove(Outcome::Error, Some(Event::Error("internal error in the model step".into())));
-        let (mut afters, mut plain) = (Vec::new(), Vec::new());
+        let (mut afters, mut rows) = (Vec::new(), Vec::new());
         for i in lanes {
             if let Some(outcome) = self.active[i].job.cancelled() {
                 afters.push((i, After::Remove(outcome, None)));
                 continue;
             }
             match catch_unwind(AssertUnwindSafe(|| self.step_lane(i))) {
-                Ok(Some(after)) => afters.push((i, after)),
-                Ok(None) => plain.push(i),
+                Ok(Ok(None)) => {}
+                Ok(Ok(Some(row))) => rows.push((i, row)),
+                Ok(Err(after)) => afters.push((i, after)),
                 Err(_) => afters.push((i, panicked())),
             }
         }
-        // A family that batches decodes every plain lane in one step (a panic there fails that step's lanes); others one lane a step.
-        let groups = if self.family.batches() { vec![plain] } else { plain.into_iter().map(|i| vec![i]).collect() };
+        // A family that batches runs every decoding lane in one step (a panic there fails that step's lanes); others one lane a step.
+        let groups = if self.family.batches() { vec![rows] } else { rows.into_iter().map(|r| vec![r]).collect() };
         for group in groups.into_iter().filter(|g| !g.is_empty()) {
             let round = catch_unwind(AssertUnwindSafe(|| self.decode_round(&group)));
-            afters.extend(round.unwrap_or_else(|_| group.iter().map(|&i| (i, panicked())).collect()));
+            afters.extend(round.unwrap_or_else(|_| group.iter().map(|(i, _)| (*i, panicked())).collect()));
         }
         afters.sort_by_key(|(i, _)| *i);
         let mut remove = Vec::new();
@@ -262,11 +263,11 @@ impl<F: Family> Scheduler<F> {
         }
     }
 
-    /// A prompt chunk or a verify window on lane `i`; `None`: the lane decodes plainly, in this round's batched step.
-    fn step_lane(&mut self, i: usize) -> Option<After> {
+    /// A prompt chunk on lane `i` (`Ok(None)` after it, `Err` when the lane ends), or the row it runs in this round's decode step.
+    fn step_lane(&mut self, i: usize) -> Result<Option<Row>, After> {
         let a = &mut self.active[i];
         if a.fed >= a.job.req.prompt.len() {
-            return if a.draft.wants() { self.draft_step(i) } else { None };
+            return if a.draft.wants() { self.draft_row(i).map(Some) } else { Ok(Some(Row::Plain)) };
         }
         let (family, chunk) = (&self.family, self.limits.prefill_chunk.max(1));
         let a = &mut self.active[i];
@@ -291,71 +292,97 @@ impl<F: Family> Scheduler<F> {
             }
             match r {
                 Ok(Some(l)) => l,
-                Ok(None) => return Some(After::Continue),
-                Err(e) => return Some(fail(e.to_string())),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(fail(e.to_string())),
             }
         };
-        let after = emit(a, &logits, family.eos_token(), family.max_context(), &self.metrics);
-        if let (After::Continue, Some(next)) = (&after, a.next) {
-            // The token's rows are read while other lanes' steps run, one step ahead of its own.
-            a.decode_pf = family.prefetch_decode(&a.lane, &[next]);
+        match emit(a, &logits, family.eos_token(), family.max_context(), &self.metrics) {
+            After::Continue => {
+                // The token's rows are read while other lanes' steps run, one step ahead of its own.
+                a.decode_pf = a.next.and_then(|next| family.prefetch_decode(&a.lane, &[next]));
+                Ok(None)
+            }
+            after => Err(after),
         }
-        Some(after)
     }
 
-    /// One decode row on each lane of `idx` (ascending), all in one family step: weights are read once for the round.
-    fn decode_round(&mut self, idx: &[usize]) -> Vec<(usize, After)> {
+    /// Each lane of `group` (ascending) runs its row, all in one family step: weights are read once for the round.
+    fn decode_round(&mut self, group: &[(usize, Row)]) -> Vec<(usize, After)> {
         let (family, metrics) = (&self.family, &self.metrics);
-        let mut sel: Vec<&mut Active<F::Lane, F::Prefetch>> =
-            self.active.iter_mut().enumerate().filter(|(i, _)| idx.contains(i)).map(|(_, a)| a).collect();
-        let tokens: Vec<u32> = sel.iter().map(|a| a.next.expect("a lane past its prompt has a next token")).collect();
-        let mut pfs: Vec<Option<F::Prefetch>> = sel.iter_mut().map(|a| a.decode_pf.take()).collect();
+        let mut sel: Vec<&mut Active<F::Lane, F::Prefetch>> = self
+            .active
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| group.iter().any(|(g, _)| g == i))
+            .map(|(_, a)| a)
+            .collect();
+        let next = |a: &Active<_, _>| a.next.expect("a lane past its prompt has a next token");
+        let tokens: Vec<Vec<u32>> = sel
+            .iter()
+            .zip(group)
+            .map(|(a, (_, row))| match row {
+                Row::Plain => vec![next(a)],
+                Row::Window(w) => w.clone(),
+            })
+            .collect();
+        let verify: Vec<bool> = group.iter().map(|(_, r)| matches!(r, Row::Window(_))).collect();
+        // A window's rows were never fetched ahead (its read-ahead was for one row).
+        let mut pfs: Vec<Option<F::Prefetch>> =
+            sel.iter_mut().zip(&verify).map(|(a, &v)| a.decode_pf.take().filter(|_| !v)).collect();
         let results = {
             let mut lanes: Vec<&mut F::Lane> = sel.iter_mut().map(|a| &mut a.lane).collect();
-            family.decode_lanes(&mut lanes, &tokens, &mut pfs)
+            let rows: Vec<&[u32]> = tokens.iter().map(Vec::as_slice).collect();
+            family.step_lanes(&mut lanes, &rows, &verify, &mut pfs)
         };
         metrics.decode_round(sel.len());
-        let each = sel.into_iter().zip(idx).zip(results);
-        each.map(|((a, &i), r)| {
-            let after = match r {
-                Ok(logits) => emit(a, &logits, family.eos_token(), family.max_context(), metrics),
-                Err(e) => fail(e.to_string()),
+        let each = sel.into_iter().zip(group).zip(results);
+        each.map(|((a, (i, row)), r)| {
+            let after = match (r, row) {
+                (Err(e), _) => fail(e.to_string()),
+                (Ok(rows), Row::Plain) => emit(a, &rows[0], family.eos_token(), family.max_context(), metrics),
+                (Ok(rows), Row::Window(w)) => accept(family, metrics, a, w, &rows),
             };
             if let (After::Continue, Some(next)) = (&after, a.next) {
                 // The token's rows are read while other lanes' prompt chunks run, one step ahead of its own.
                 a.decode_pf = family.prefetch_decode(&a.lane, &[next]);
             }
-            (i, after)
+            (*i, after)
         })
         .collect()
     }
 }
 
+/// What a decoding lane runs in a round's step: its next token, or a verify window `[next, d1 .. dk]`.
+enum Row {
+    Plain,
+    Window(Vec<u32>),
+}
+
 impl<F: Family> Scheduler<F> {
-    /// One verify window `[next, d1 .. dk]` on lane `i`, or `None` where this step decodes plainly.
-    fn draft_step(&mut self, i: usize) -> Option<After> {
+    /// Lane `i`'s row this round: a verify window when a draft is worth its cost, else plain decode.
+    fn draft_row(&mut self, i: usize) -> Result<Row, After> {
         let fixed = self.limits.draft_len;
         if fixed.is_none() && self.costs.is_none() {
             self.costs = Some(Costs::measure(&self.family));
         }
         let costs = if fixed.is_some() { None } else { self.costs.as_ref().and_then(Option::as_ref) };
-        let (family, metrics, a) = (&self.family, &self.metrics, &mut self.active[i]);
+        let (family, a) = (&self.family, &mut self.active[i]);
         if fixed.is_none() && costs.is_none() {
             a.draft.on = false;
-            return None;
+            return Ok(Row::Plain);
         }
         let room = limit(&a.job.req, family.max_context()).saturating_sub(a.generated + 1).min(MAX_DRAFT);
         let next = a.next.expect("a lane past its prompt has a next token");
         if room == 0 {
-            return None;
+            return Ok(Row::Plain);
         }
         let d = match family.draft(&mut a.lane, next, room) {
             Ok(Some(d)) => d,
             Ok(None) => {
                 a.draft.on = false;
-                return None;
+                return Ok(Row::Plain);
             }
-            Err(e) => return Some(fail(e.to_string())),
+            Err(e) => return Err(fail(e.to_string())),
         };
         let (k, wins) = match (fixed, costs) {
             (Some(k), _) => (k.min(d.tokens.len()), true),
@@ -368,33 +395,38 @@ impl<F: Family> Scheduler<F> {
         }
         self.draft_hint = a.draft.hint();
         if k == 0 {
-            return None;
+            return Ok(Row::Plain);
         }
-        let window: Vec<u32> = std::iter::once(next).chain(d.tokens[..k].iter().copied()).collect();
-        a.decode_pf = None;
-        let rows = match family.verify(&mut a.lane, &window) {
-            Ok(rows) => rows,
-            Err(e) => return Some(fail(e.to_string())),
-        };
-        let mut kept = 0;
-        // Each row is sampled as plain decode samples it; a draft stays while it equals that sample (the last row always ends the loop).
-        for (r, row) in rows.iter().enumerate() {
-            kept += 1;
-            let after = emit(a, row, family.eos_token(), family.max_context(), metrics);
-            if matches!(after, After::Remove(..)) || a.next != window.get(r + 1).copied() {
-                metrics.window(k, kept - 1);
-                a.job.drafts.add(k, kept - 1);
-                if matches!(after, After::Remove(..)) {
-                    return Some(after);
-                }
-                break;
+        Ok(Row::Window(std::iter::once(next).chain(d.tokens[..k].iter().copied()).collect()))
+    }
+}
+
+/// Emits a verify window's rows while each sample equals the draft before it, then cuts the lane back to them.
+fn accept<F: Family>(
+    family: &F,
+    metrics: &Metrics,
+    a: &mut Active<F::Lane, F::Prefetch>,
+    window: &[u32],
+    rows: &[Vec<f32>],
+) -> After {
+    let k = window.len() - 1;
+    let mut kept = 0;
+    // Each row is sampled as plain decode samples it; a draft stays while it equals that sample (the last row always ends the loop).
+    for (r, row) in rows.iter().enumerate() {
+        kept += 1;
+        let after = emit(a, row, family.eos_token(), family.max_context(), metrics);
+        if matches!(after, After::Remove(..)) || a.next != window.get(r + 1).copied() {
+            metrics.window(k, kept - 1);
+            a.job.drafts.add(k, kept - 1);
+            if matches!(after, After::Remove(..)) {
+                return after;
             }
+            break;
         }
-        if let Err(e) = family.rewind(&mut a.lane, kept) {
-            return Some(fail(e.to_string()));
-        }
-        a.decode_pf = a.next.and_then(|t| family.prefetch_decode(&a.lane, &[t]));
-        Some(After::Continue)
+    }
+    match family.rewind(&mut a.lane, kept) {
+        Ok(()) => After::Continue,
+        Err(e) => fail(e.to_string()),
     }
 }
 
