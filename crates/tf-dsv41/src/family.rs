@@ -296,6 +296,20 @@ impl<F: crate::tp::lockstep::Rank> Family for crate::tp::lockstep::Leader<F> {
     fn rewind(&self, lane: &mut Self::Lane, keep: usize) -> Result<(), Error> {
         crate::tp::lockstep::Leader::rewind(self, lane, keep)
     }
+
+    fn batches(&self) -> bool {
+        Family::batches(&self.model)
+    }
+
+    fn step_lanes(
+        &self,
+        lanes: &mut [&mut Self::Lane],
+        rows: &[&[u32]],
+        verify: &[bool],
+        _pfs: &mut [Option<()>],
+    ) -> Vec<Result<Vec<Vec<f32>>, Error>> {
+        crate::tp::lockstep::Leader::step_lanes(self, lanes, rows, verify)
+    }
 }
 
 /// Loads the dsv41 family from a checkpoint directory.

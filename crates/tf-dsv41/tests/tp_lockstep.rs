@@ -227,3 +227,68 @@ fn ranks_with_different_options_refuse_to_start() {
         assert!(err.contains("ranks [1]") && err.contains("same model and flags"), "{err}");
     }
 }
+
+/// Three lanes in shared step frames, one of them a verify window every other step, and a bad row that fails only its lane.
+fn lanes_script<F: Family>(f: &F, vocab: u32) -> Vec<Vec<f32>> {
+    let mut lanes: Vec<F::Lane> = (0..3).map(|_| f.new_lane().unwrap()).collect();
+    let mut rows = Vec::new();
+    for (i, lane) in lanes.iter_mut().enumerate() {
+        let prompt: Vec<u32> = (0..5 + 30 * i as u32).map(|j| (j * 53 + 9) % (vocab - 4) + 4).collect();
+        rows.push(f.prefill(lane, &prompt, true).unwrap().unwrap());
+    }
+    let mut next: Vec<u32> = rows.iter().map(|r| argmax(r)).collect();
+    for step in 0..6 {
+        let verify = [false, step % 2 == 1, false];
+        let windows: Vec<Vec<u32>> = (0..3)
+            .map(
+                |i| if verify[i] { vec![next[i], (next[i] + 1) % vocab, (next[i] + 2) % vocab] } else { vec![next[i]] },
+            )
+            .collect();
+        let mut w: Vec<&[u32]> = windows.iter().map(Vec::as_slice).collect();
+        let bad = [vocab + 1];
+        if step == 4 {
+            w[2] = &bad;
+        }
+        let mut pfs: Vec<Option<F::Prefetch>> = (0..3).map(|_| None).collect();
+        let out = f.step_lanes(&mut lanes.iter_mut().collect::<Vec<_>>(), &w, &verify, &mut pfs);
+        for (i, r) in out.into_iter().enumerate() {
+            match r {
+                Ok(mut r) if verify[i] => {
+                    f.rewind(&mut lanes[i], 1).unwrap();
+                    r.truncate(1);
+                    next[i] = argmax(&r[0]);
+                    rows.extend(r);
+                }
+                Ok(r) => {
+                    next[i] = argmax(&r[0]);
+                    rows.extend(r);
+                }
+                Err(e) => {
+                    assert!(step == 4 && i == 2 && e.to_string().contains("outside the vocabulary"), "{e}");
+                }
+            }
+        }
+    }
+    rows
+}
+
+#[test]
+fn lanes_in_one_step_frame_equal_one_rank_and_a_bad_row_fails_only_its_lane() {
+    let plain = Model::load(dir(TinyKind::Tiny), Options::default()).unwrap();
+    let vocab = plain.cfg.vocab_size as u32;
+    let want = lanes_script(&plain, vocab);
+    assert_eq!(want.len(), 3 + 6 * 3 - 1, "one row per lane a step, but the bad one");
+    for (world, split_heads) in [(2, false), (3, true)] {
+        let opts = Options { split_heads, ..Options::default() };
+        let (leader, followers) = spawn(dir(TinyKind::Tiny), opts, world, Duration::from_secs(60)).unwrap();
+        assert!(Family::batches(&leader), "a TP group runs a round's lanes as one frame");
+        assert!(
+            lanes_script(&leader, vocab) == want,
+            "TP{world} (split heads {split_heads}): rows differ from one rank"
+        );
+        drop(leader);
+        for f in followers {
+            assert_eq!(f.join().unwrap(), Ok(()));
+        }
+    }
+}

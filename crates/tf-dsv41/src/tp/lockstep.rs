@@ -12,13 +12,40 @@ use tf_family::Family;
 /// One call every rank runs on its copy of a lane.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 enum Frame {
-    NewLane { id: u64 },
-    Fork { src: u64, dst: u64 },
-    Prefill { id: u64, tokens: Vec<u32>, last: bool },
-    Decode { id: u64, tokens: Vec<u32> },
-    Verify { id: u64, tokens: Vec<u32> },
-    Rewind { id: u64, keep: usize },
-    Draft { id: u64, next: u32 },
+    NewLane {
+        id: u64,
+    },
+    Fork {
+        src: u64,
+        dst: u64,
+    },
+    Prefill {
+        id: u64,
+        tokens: Vec<u32>,
+        last: bool,
+    },
+    Decode {
+        id: u64,
+        tokens: Vec<u32>,
+    },
+    Verify {
+        id: u64,
+        tokens: Vec<u32>,
+    },
+    Rewind {
+        id: u64,
+        keep: usize,
+    },
+    Draft {
+        id: u64,
+        next: u32,
+    },
+    /// Several lanes in one step: lane `ids[i]` runs `rows[i]`, as a verify window where `verify[i]`.
+    Step {
+        ids: Vec<u64>,
+        rows: Vec<Vec<u32>>,
+        verify: Vec<bool>,
+    },
     Stop,
 }
 
@@ -43,7 +70,7 @@ fn apply<F: Rank>(model: &F, lanes: &mut HashMap<u64, F::Lane>, frame: &Frame) -
         Frame::Fork { src, dst } => {
             (*dst, model.fork(lanes.get(src).ok_or_else(|| missing(*src))?).map_err(|e| e.to_string())?)
         }
-        Frame::Stop => return Ok(None),
+        Frame::Stop | Frame::Step { .. } => return Ok(None),
         Frame::Prefill { id, .. }
         | Frame::Decode { id, .. }
         | Frame::Verify { id, .. }
@@ -68,18 +95,48 @@ fn apply<F: Rank>(model: &F, lanes: &mut HashMap<u64, F::Lane>, frame: &Frame) -
     Ok(None)
 }
 
-/// `apply`, with a panic (a failed collective inside the forward) turned into this rank's refusal.
-fn run<F: Rank>(model: &F, lanes: &mut HashMap<u64, F::Lane>, frame: &Frame) -> Result<Rows, String> {
-    catch_unwind(AssertUnwindSafe(|| apply(model, lanes, frame)))
-        .unwrap_or_else(|p| Err(p.downcast_ref::<String>().cloned().unwrap_or_else(|| "a rank panicked".into())))
+/// A step frame on this rank's lanes: each lane's rows or its own error.
+fn apply_step<F: Rank>(
+    model: &F,
+    lanes: &mut HashMap<u64, F::Lane>,
+    (ids, rows, verify): (&[u64], &[Vec<u32>], &[bool]),
+) -> Vec<Result<Rows, String>> {
+    let mut taken: Vec<(u64, F::Lane)> = ids.iter().filter_map(|id| lanes.remove_entry(id)).collect();
+    if taken.len() != ids.len() || rows.len() != ids.len() || verify.len() != ids.len() {
+        lanes.extend(taken);
+        return ids
+            .iter()
+            .map(|id| Err(format!("lockstep: a step frame names lane {id} twice or a lane not on this rank")))
+            .collect();
+    }
+    let mut refs: Vec<&mut F::Lane> = taken.iter_mut().map(|(_, l)| l).collect();
+    let rows: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
+    let mut pfs: Vec<Option<F::Prefetch>> = ids.iter().map(|_| None).collect();
+    let out = model.step_lanes(&mut refs, &rows, verify, &mut pfs);
+    lanes.extend(taken);
+    out.into_iter().map(|r| r.map(Some).map_err(|e| e.to_string())).collect()
 }
 
-/// Every rank's verdict on the frame just run, in rank order.
-fn verdicts(comm: &SharedComm, ok: bool) -> Result<Vec<bool>, String> {
-    let world = comm.world_size();
-    let mut all = vec![0.0f32; world];
-    comm.with(|c| c.all_gather(&[f32::from(u8::from(ok))], &mut all)).map_err(|e| e.to_string())?;
-    Ok(all.iter().map(|&v| v == 1.0).collect())
+/// `apply` (one result per lane of the frame), with a panic (a failed collective inside the forward) turned into this rank's refusal.
+fn run<F: Rank>(model: &F, lanes: &mut HashMap<u64, F::Lane>, frame: &Frame) -> Vec<Result<Rows, String>> {
+    let n = if let Frame::Step { ids, .. } = frame { ids.len() } else { 1 };
+    let out = catch_unwind(AssertUnwindSafe(|| match frame {
+        Frame::Step { ids, rows, verify } => apply_step(model, lanes, (ids, rows, verify)),
+        _ => vec![apply(model, lanes, frame)],
+    }));
+    out.unwrap_or_else(|p| {
+        let why = p.downcast_ref::<String>().cloned().unwrap_or_else(|| "a rank panicked".into());
+        vec![Err(why); n]
+    })
+}
+
+/// Every rank's verdict on each lane of the frame just run, rank by rank.
+fn verdicts(comm: &SharedComm, oks: &[bool]) -> Result<Vec<Vec<bool>>, String> {
+    let (world, n) = (comm.world_size(), oks.len());
+    let mine: Vec<f32> = oks.iter().map(|&ok| f32::from(u8::from(ok))).collect();
+    let mut all = vec![0.0f32; world * n];
+    comm.with(|c| c.all_gather(&mine, &mut all)).map_err(|e| e.to_string())?;
+    Ok(all.chunks(n.max(1)).map(|r| r.iter().map(|&v| v == 1.0).collect()).collect())
 }
 
 /// A follower rank: runs the leader's frames until `Stop`; an error means the group is lost (the caller exits 70).
@@ -95,8 +152,8 @@ pub fn follow<F: Rank>(model: &F, comm: &SharedComm) -> Result<(), String> {
         if matches!(msg.frame, Frame::Stop) {
             return Ok(());
         }
-        let ok = run(model, &mut lanes, &msg.frame).is_ok();
-        verdicts(comm, ok)?;
+        let oks: Vec<bool> = run(model, &mut lanes, &msg.frame).iter().map(Result::is_ok).collect();
+        verdicts(comm, &oks)?;
     }
 }
 
@@ -146,8 +203,13 @@ impl<F: Rank> Leader<F> {
         Error::LockstepLost(why)
     }
 
-    /// Broadcasts `frame`, runs it here, and collects every rank's verdict: all ok, all refused (one request fails), or lost.
+    /// [`Leader::call_lanes`] of a one-lane frame.
     fn call(&self, frame: Frame) -> Result<Rows, Error> {
+        self.call_lanes(frame)?.remove(0)
+    }
+
+    /// Broadcasts `frame`, runs it here, and collects every rank's verdict per lane: all ok, all refused (that request fails), or lost.
+    fn call_lanes(&self, frame: Frame) -> Result<Vec<Result<Rows, Error>>, Error> {
         if let Some(why) = self.lost.lock().clone() {
             return Err(Error::LockstepLost(why));
         }
@@ -162,12 +224,12 @@ impl<F: Rank> Leader<F> {
             return Err(self.lose(format!("sending a frame: {e}")));
         }
         let local = run(&self.model, &mut lanes, &msg.frame);
-        let all = verdicts(&self.comm, local.is_ok()).map_err(|e| self.lose(format!("collecting verdicts: {e}")))?;
-        match local {
-            Ok(rows) if all.iter().all(|&v| v) => Ok(rows),
-            Err(e) if all.iter().all(|&v| !v) => Err(Error::Refused(e)),
-            _ => Err(self.lose(format!("ranks disagree on a frame: {all:?}"))),
+        let oks: Vec<bool> = local.iter().map(Result::is_ok).collect();
+        let all = verdicts(&self.comm, &oks).map_err(|e| self.lose(format!("collecting verdicts: {e}")))?;
+        if all.iter().any(|rank| *rank != oks) {
+            return Err(self.lose(format!("ranks disagree on a frame: {all:?}")));
         }
+        Ok(local.into_iter().map(|r| r.map_err(Error::Refused)).collect())
     }
 
     pub(crate) fn new_lane(&self) -> Result<TpLane, Error> {
@@ -197,6 +259,24 @@ impl<F: Rank> Leader<F> {
         let (id, tokens) = (lane.id, tokens.to_vec());
         let frame = if verify { Frame::Verify { id, tokens } } else { Frame::Decode { id, tokens } };
         Ok(self.call(frame)?.unwrap_or_default())
+    }
+
+    /// Every lane's rows in one frame (a verify window where `verify[i]`): the ranks run them as one step.
+    pub(crate) fn step_lanes(
+        &self,
+        lanes: &[&mut TpLane],
+        rows: &[&[u32]],
+        verify: &[bool],
+    ) -> Vec<Result<Vec<Vec<f32>>, Error>> {
+        let ids: Vec<u64> = lanes.iter().map(|l| l.id).collect();
+        let frame = Frame::Step { ids, rows: rows.iter().map(|r| r.to_vec()).collect(), verify: verify.to_vec() };
+        match self.call_lanes(frame) {
+            Ok(out) => out.into_iter().map(|r| r.map(Option::unwrap_or_default)).collect(),
+            Err(e) => {
+                let msg = e.to_string();
+                std::iter::once(Err(e)).chain((1..lanes.len()).map(|_| Err(Error::LockstepLost(msg.clone())))).collect()
+            }
+        }
     }
 
     pub(crate) fn rewind(&self, lane: &TpLane, keep: usize) -> Result<(), Error> {
