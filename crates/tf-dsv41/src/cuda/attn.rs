@@ -30,25 +30,87 @@ impl GpuModel {
         if role.is_dspark {
             return self.draft_attention(a, x, call, &lane.windows[role.layer]);
         }
+        let front = self.phase("attn: q, kv", || self.attn_front(a, x, call.rows))?;
+        let o = self.attn_core(a, role, x, front, call, lane, shared)?;
+        self.attn_output(a, o.as_ref(), call.rows)
+    }
+
+    /// [`GpuModel::attention`] of several lanes' rows (in order in `x`): projections once over every row, the rest per lane.
+    pub(crate) fn attention_lanes(
+        &self,
+        a: &GAttn,
+        role: &LayerRole,
+        x: &Buf,
+        parts: &mut [crate::plan::Part<'_, GpuModel>],
+    ) -> Result<Buf, Error> {
+        if role.is_dspark {
+            let what = "DSpark stages draft one lane at a time".into();
+            return Err(Error::Launch { op: "attention of several lanes", what });
+        }
+        let (gpu, cfg) = (self.gpu, self.cfg());
+        let rows: usize = parts.iter().map(|p| p.rows).sum();
+        let (qr, q, kv) = self.phase("attn: q, kv", || self.attn_front(a, x, rows))?;
+        let (d, heads) = (cfg.head_dim, a.heads);
+        let widths = [cfg.dim * 2, cfg.q_lora_rank * 2, heads * d * 2, d * 2];
+        let mut o = match heads {
+            0 => None,
+            _ => Some(gpu.pool().take(rows * heads * d * 2)?),
+        };
+        let mut at = 0;
+        for p in parts.iter_mut() {
+            // This lane's rows of each projection, copied out on the device.
+            let part = |b: &Buf, w: usize| -> Result<Buf, Error> {
+                let mut out = gpu.pool().take(p.rows * w)?;
+                super::lane::copy(gpu, b, at * w, &mut out, 0, p.rows * w)?;
+                Ok(out)
+            };
+            let xl = part(x, widths[0])?;
+            let front =
+                (part(&qr, widths[1])?, q.as_ref().map(|q| part(q, widths[2])).transpose()?, part(&kv, widths[3])?);
+            let ol = self.attn_core(a, role, &xl, front, &p.ctx, p.lane, &mut p.shared)?;
+            if let (Some(ol), Some(o)) = (ol, o.as_mut()) {
+                super::lane::copy(gpu, &ol, 0, o, at * widths[2], p.rows * widths[2])?;
+            }
+            at += p.rows;
+        }
+        self.attn_output(a, o.as_ref(), rows)
+    }
+
+    /// The row-wise front of attention: normed low-rank query, the query (none on a rank without heads), normed KV; no RoPE yet.
+    fn attn_front(&self, a: &GAttn, x: &Buf, rows: usize) -> Result<(Buf, Option<Buf>, Buf), Error> {
+        let (gpu, cfg) = (self.gpu, self.cfg());
+        let xq = Acts::new(x, rows, cfg.dim);
+        let qr = self.norm(&a.wq_a.forward(gpu, &xq)?, &a.q_norm, rows, cfg.q_lora_rank)?;
+        // A tensor-parallel rank without heads runs no query (its share of the outputs is empty).
+        let q = match a.heads {
+            0 => None,
+            _ => Some(a.wq_b.forward(gpu, &Acts::new(&qr, rows, cfg.q_lora_rank))?),
+        };
+        let kv = self.norm(&a.wkv.forward(gpu, &xq)?, &a.kv_norm, rows, cfg.head_dim)?;
+        Ok((qr, q, kv))
+    }
+
+    /// One lane's attention after the front: RoPE, compressor and indexer, sparse attention, the window write; `o` before `wo_a`.
+    #[allow(clippy::too_many_arguments)]
+    fn attn_core(
+        &self,
+        a: &GAttn,
+        role: &LayerRole,
+        x: &Buf,
+        (qr, mut q, mut kv): (Buf, Option<Buf>, Buf),
+        call: &Call,
+        lane: &mut GpuLane,
+        shared: &mut Shared,
+    ) -> Result<Option<Buf>, Error> {
         let (gpu, cfg, rows) = (self.gpu, self.cfg(), call.rows);
         let (heads, d, rd, w) = (a.heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
         let cs = call.cs(role.rope);
-        let (qr, q, kv) = self.phase("attn: q, kv", || {
-            let xq = Acts::new(x, rows, cfg.dim);
-            let qr = self.norm(&a.wq_a.forward(gpu, &xq)?, &a.q_norm, rows, cfg.q_lora_rank)?;
-            // A tensor-parallel rank without heads runs no query (its share of the outputs is empty).
-            let q = match heads {
-                0 => None,
-                _ => {
-                    let mut q = a.wq_b.forward(gpu, &Acts::new(&qr, rows, cfg.q_lora_rank))?;
-                    ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
-                    Some(q)
-                }
-            };
-            let mut kv = self.norm(&a.wkv.forward(gpu, &xq)?, &a.kv_norm, rows, d)?;
+        self.phase("attn: rope", || {
+            if let Some(q) = q.as_mut() {
+                ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
+            }
             ops::rope(gpu, &mut kv.view_mut(), &cs.view(), (rows, 1, d, rd), false)?;
-            ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)?;
-            Ok((qr, q, kv))
+            ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)
         })?;
         let sel = self.phase("attn: compress, index", || self.selection(a, role, x, &qr, call, lane, shared))?;
         let sel = sel.map(|k| &shared.sel[&k]);
@@ -67,7 +129,7 @@ impl GpuModel {
         };
         let ring = &mut lane.windows[role.layer];
         ops::scatter_rows(gpu, &kv.view(), &mut ring.view_mut(), &call.slots.view(), (rows, d * 2, w))?;
-        self.attn_output(a, o.as_ref(), rows)
+        Ok(o)
     }
 
     /// `sparse_attn` of `q` over each row's key list (`window` ids, then `sel`'s `s` ids), un-RoPE'd: bf16 `[rows, heads, d]`.

@@ -326,18 +326,7 @@ impl GpuModel {
         let a_in = self.phase("hc_pre + norm", || self.attn_input(b, s))?;
         let a = self.phase("attention", || match parts {
             [p] => self.attention(&b.attn, &b.role, &a_in, &p.ctx, p.lane, &mut p.shared),
-            parts => {
-                // Each lane attends over its own caches; its rows move to and from the shared streams on the device.
-                let (row, mut a, mut at) = (dim * 2, gpu.pool().take(rows * dim * 2)?, 0);
-                for p in parts.iter_mut() {
-                    let mut x = gpu.pool().take(p.rows * row)?;
-                    super::lane::copy(gpu, &a_in, at * row, &mut x, 0, p.rows * row)?;
-                    let o = self.attention(&b.attn, &b.role, &x, &p.ctx, p.lane, &mut p.shared)?;
-                    super::lane::copy(gpu, &o, 0, &mut a, at * row, p.rows * row)?;
-                    at += p.rows;
-                }
-                Ok(a)
-            }
+            parts => self.attention_lanes(&b.attn, &b.role, &a_in, parts),
         })?;
         let mut x = gpu.pool().take(rows * hc * dim * 2)?;
         self.phase("hc_post", || {
