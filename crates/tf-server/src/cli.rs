@@ -205,6 +205,9 @@ pub struct ServeArgs {
     /// Requests running at once
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_lanes)]
     pub max_lanes: usize,
+    /// Decoding lanes one forward step runs together; 1 runs one lane a step
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_step_lanes as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_step_lanes: u64,
     /// Requests waiting; past it, 429
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_queue)]
     pub max_queue: usize,
@@ -286,6 +289,7 @@ impl ServeArgs {
         }
         let limits = Limits {
             max_lanes: self.max_lanes,
+            max_step_lanes: self.max_step_lanes as usize,
             max_queue: self.max_queue,
             max_queued_tokens: self.max_queued_tokens,
             max_active_tokens: self.max_active_tokens.unwrap_or(usize::MAX),

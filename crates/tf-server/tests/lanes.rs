@@ -44,6 +44,21 @@ fn eight_concurrent_requests_equal_their_solo_runs() {
 }
 
 #[test]
+fn max_step_lanes_caps_the_lanes_a_step_runs_and_changes_no_bit() {
+    let reqs: Vec<GenRequest> = (0..6).map(|i| req(i, 0.0)).collect();
+    let mut replies = Vec::new();
+    for per in [1, 3, 64] {
+        let h = host(Limits { max_lanes: 6, max_step_lanes: per, prefill_chunk: 64, ..Limits::default() });
+        let rxs: Vec<_> = reqs.iter().map(|r| h.submit(r.clone()).unwrap()).collect();
+        replies.push(rxs.into_iter().map(collect).collect::<Vec<_>>());
+        let (steps, lanes) = h.metrics().decode_rounds();
+        assert!(lanes <= steps * per as u64, "at most {per} lanes a step: {lanes} lanes in {steps} steps");
+        assert!(per == 1 || lanes > steps, "{per}: lanes shared steps ({lanes} in {steps})");
+    }
+    assert!(replies.iter().all(|r| *r == replies[0]), "one lane a step, three, or all give the same bits");
+}
+
+#[test]
 fn a_dropped_receiver_frees_its_lane_and_others_finish() {
     let h = host(Limits { max_lanes: 1, max_queue: 4, prefill_chunk: 64, ..Limits::default() });
     let mut long = req(1, 0.0);

@@ -24,6 +24,8 @@ use std::time::Instant;
 pub struct Limits {
     /// Sequences running at once.
     pub max_lanes: usize,
+    /// Decoding lanes one forward step runs together (1: one lane a step, as before lanes were batched).
+    pub max_step_lanes: usize,
     /// Requests waiting for a lane before new ones are refused.
     pub max_queue: usize,
     /// Prompt tokens waiting in the queue before new requests are refused.
@@ -47,6 +49,7 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_lanes: 8,
+            max_step_lanes: 64,
             max_queue: 64,
             max_queued_tokens: 1 << 22,
             max_active_tokens: usize::MAX,

@@ -239,9 +239,9 @@ impl<F: Family> Scheduler<F> {
             }
         }
         // A family that batches runs every decoding lane in one step (a panic there fails that step's lanes); others one lane a step.
-        let groups = if self.family.batches() { vec![rows] } else { rows.into_iter().map(|r| vec![r]).collect() };
-        for group in groups.into_iter().filter(|g| !g.is_empty()) {
-            let round = catch_unwind(AssertUnwindSafe(|| self.decode_round(&group)));
+        let per = if self.family.batches() { self.limits.max_step_lanes.max(1) } else { 1 };
+        for group in rows.chunks(per) {
+            let round = catch_unwind(AssertUnwindSafe(|| self.decode_round(group)));
             afters.extend(round.unwrap_or_else(|_| group.iter().map(|(i, _)| (*i, panicked())).collect()));
         }
         afters.sort_by_key(|(i, _)| *i);
