@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine: tf serve --device cuda (default model, no drafts), xtask bench openai at several concurrencies; lanes share decode steps.
-# Build here with `TF_CARRY=serve TF_CARRY_XZ=1 bash scripts/gpu-build.sh`; TF_LANES_CONCURRENCY (1 4 8 16) and TF_LANES_TOKENS (64) set the run.
+# Build here with `TF_CARRY=serve TF_CARRY_XZ=1 bash scripts/gpu-build.sh`; TF_LANES_CONCURRENCY (1 4 8 16), TF_LANES_TOKENS (64), TF_LANES_ARGS (more serve flags) set the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/gpu-lanes-out}"
@@ -9,7 +9,7 @@ source scripts/gpu-env.sh
 need_carry gpu-lanes "$out/lanes.log" tf xtask
 port=8000
 url="http://127.0.0.1:$port"
-gpu-carry/tf serve --device cuda --port "$port" --no-draft --max-lanes 16 >"$out/serve.log" 2>&1 &
+gpu-carry/tf serve --device cuda --port "$port" --no-draft --max-lanes 16 ${TF_LANES_ARGS:-} >"$out/serve.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do curl -sf "$url/health" >/dev/null && break; sleep 0.2; done
 rc=0
