@@ -21,6 +21,38 @@ fn rows<F: Family>(f: &F, vocab: u32) -> Result<Vec<Vec<f32>>, Error> {
     if let Some(d) = f.draft(&mut lane, argmax(&last), 5).map_err(err)? {
         rows.push(d.tokens.iter().map(|&t| t as f32).chain(d.confidence).collect());
     }
+    rows.extend(shared_steps(f, vocab)?);
+    Ok(rows)
+}
+
+/// Three lanes in shared steps (one frame a step under TP), the middle one a 3-row verify window every other step.
+fn shared_steps<F: Family>(f: &F, vocab: u32) -> Result<Vec<Vec<f32>>, Error> {
+    let mut lanes = Vec::new();
+    let mut next = Vec::new();
+    for i in 0..3u32 {
+        let mut lane = f.new_lane().map_err(err)?;
+        let prompt: Vec<u32> = (0..3 + 25 * i).map(|j| (j * 53 + 9 + i) % (vocab - 4) + 4).collect();
+        next.push(argmax(&f.prefill(&mut lane, &prompt, true).map_err(err)?.expect("the last chunk's logits")));
+        lanes.push(lane);
+    }
+    let mut rows = Vec::new();
+    for step in 0..4 {
+        let verify = [false, step % 2 == 1, false];
+        let windows: Vec<Vec<u32>> =
+            (0..3).map(|i| if verify[i] { vec![next[i], (next[i] + 1) % vocab, 5] } else { vec![next[i]] }).collect();
+        let w: Vec<&[u32]> = windows.iter().map(Vec::as_slice).collect();
+        let mut pfs: Vec<Option<F::Prefetch>> = (0..3).map(|_| None).collect();
+        let out = f.step_lanes(&mut lanes.iter_mut().collect::<Vec<_>>(), &w, &verify, &mut pfs);
+        for (i, r) in out.into_iter().enumerate() {
+            let mut r = r.map_err(err)?;
+            if verify[i] {
+                f.rewind(&mut lanes[i], 1).map_err(err)?;
+                r.truncate(1);
+            }
+            next[i] = argmax(&r[0]);
+            rows.extend(r);
+        }
+    }
     Ok(rows)
 }
 
