@@ -247,20 +247,22 @@ fn prefill(
               "fp8_matrix_tflops": fp8, "fp8_cublaslt_tflops": ours, "fp8_torch_tflops": torch, "ratio_to_fp8_rate": ratio, "chunks": chunks}))
 }
 
-/// Where a decode step goes (`TF_BENCH_PROFILE_ROWS` rows, default 1): each phase between syncs (so phases do not overlap), host enqueue time beside the total.
+/// Where a decode step goes (`TF_BENCH_PROFILE_ROWS` rows on each of `TF_BENCH_PROFILE_LANES` lanes, default 1 and 1): each phase between syncs, host enqueue time beside the total.
 fn profile(model: &GpuModel, base: &GpuLane, rng: &mut SplitMix64) -> Result<Value, String> {
     const STEPS: usize = 3;
-    let rows = env("TF_BENCH_PROFILE_ROWS", 1);
-    let mut lane = base.fork(model.gpu).map_err(fail)?;
+    let (rows, n) = (env("TF_BENCH_PROFILE_ROWS", 1), env("TF_BENCH_PROFILE_LANES", 1).max(1));
+    let mut lanes = (0..n).map(|_| base.fork(model.gpu)).collect::<Result<Vec<_>, _>>().map_err(fail)?;
     *model.profile.lock() = Some(Default::default());
     let t = Instant::now();
     for _ in 0..STEPS {
-        model.decode(&mut lane, &tokens(rng, rows, model.cfg().vocab_size)).map_err(fail)?;
+        let toks: Vec<Vec<u32>> = (0..n).map(|_| tokens(rng, rows, model.cfg().vocab_size)).collect();
+        let toks: Vec<&[u32]> = toks.iter().map(Vec::as_slice).collect();
+        model.decode_lanes(&mut lanes.iter_mut().collect::<Vec<_>>(), &toks).map_err(fail)?;
     }
     let step_ms = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
     let map = model.profile.lock().take().unwrap_or_default();
     println!(
-        "[bench] profile of a {rows}-row step with a sync around each phase: {step_ms:.2} ms/step (names with ':' lie inside attention or moe)"
+        "[bench] profile of a step of {n} lane(s) × {rows} row(s) with a sync around each phase: {step_ms:.2} ms/step (names with ':' lie inside attention or moe)"
     );
     let mut phases = Vec::new();
     for (name, (host, total, calls)) in &map {
@@ -268,5 +270,5 @@ fn profile(model: &GpuModel, base: &GpuLane, rng: &mut SplitMix64) -> Result<Val
         println!("[bench]   {name:24} {t:8.3} ms/step total, {h:8.3} ms host enqueue, {} calls/step", calls / STEPS);
         phases.push(json!({"phase": name, "ms_per_step": t, "host_ms_per_step": h, "calls_per_step": calls / STEPS}));
     }
-    Ok(json!({"rows": rows, "step_ms_with_syncs": step_ms, "phases": phases}))
+    Ok(json!({"rows": rows, "lanes": n, "step_ms_with_syncs": step_ms, "phases": phases}))
 }
