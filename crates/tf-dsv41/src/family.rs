@@ -247,7 +247,26 @@ impl Family for crate::cuda::GpuModel {
 impl<F: crate::tp::lockstep::Rank> Family for crate::tp::lockstep::Leader<F> {
     type Lane = crate::tp::lockstep::TpLane;
     type Error = Error;
-    type Prefetch = ();
+    type Prefetch = crate::tp::lockstep::TpPrefetch;
+
+    fn prefetch(
+        &self,
+        lane: Option<&Self::Lane>,
+        prompt: &[u32],
+        chunks: &[usize],
+    ) -> Result<Option<Self::Prefetch>, Error> {
+        crate::tp::lockstep::Leader::prefetch(self, lane, prompt, chunks)
+    }
+
+    fn prefill_prefetched(
+        &self,
+        lane: &mut Self::Lane,
+        tokens: &[u32],
+        last: bool,
+        pf: &mut Self::Prefetch,
+    ) -> Result<Option<Vec<f32>>, Error> {
+        crate::tp::lockstep::Leader::prefill_with(self, lane, tokens, last, Some(pf))
+    }
 
     fn new_lane(&self) -> Result<Self::Lane, Error> {
         crate::tp::lockstep::Leader::new_lane(self)
@@ -306,7 +325,7 @@ impl<F: crate::tp::lockstep::Rank> Family for crate::tp::lockstep::Leader<F> {
         lanes: &mut [&mut Self::Lane],
         rows: &[&[u32]],
         verify: &[bool],
-        _pfs: &mut [Option<()>],
+        _pfs: &mut [Option<Self::Prefetch>],
     ) -> Vec<Result<Vec<Vec<f32>>, Error>> {
         crate::tp::lockstep::Leader::step_lanes(self, lanes, rows, verify)
     }

@@ -292,3 +292,45 @@ fn lanes_in_one_step_frame_equal_one_rank_and_a_bad_row_fails_only_its_lane() {
         }
     }
 }
+
+#[test]
+fn prompt_read_ahead_under_tp_reads_each_rank_s_own_rows_and_equals_one_rank() {
+    let d = dir(TinyKind::Tiny);
+    let opts = Options { engram_io: Some(tf_engram::IoMode::Mmap), ..Options::default() };
+    let plain = Model::load(d, opts).unwrap();
+    let vocab = plain.cfg.vocab_size as u32;
+    let prompt: Vec<u32> = (0..150u32).map(|j| (j * 7919 + 3) % (vocab - 4) + 4).collect();
+    let chunks = [64usize, 64, 22];
+    let bounds: Vec<(usize, usize)> =
+        chunks.iter().scan(0, |at, &n| Some((*at, std::mem::replace(at, *at + n) + n))).collect();
+    let mut st = plain.new_state();
+    let want: Vec<Vec<f32>> =
+        bounds.iter().filter_map(|&(a, b)| plain.prefill(&mut st, &prompt[a..b], b == prompt.len()).unwrap()).collect();
+    let (leader, followers) = spawn(d, Options { split_heads: true, ..opts }, 2, Duration::from_secs(60)).unwrap();
+    let mut lane = leader.new_lane().unwrap();
+    let mut pf = Family::prefetch(&leader, None, &prompt, &chunks).unwrap().expect("tables on disk are fetched ahead");
+    let mut got = Vec::new();
+    for &(a, b) in &bounds {
+        got.extend(Family::prefill_prefetched(&leader, &mut lane, &prompt[a..b], b == prompt.len(), &mut pf).unwrap());
+    }
+    assert!(!want.is_empty() && got == want, "TP2 prefill from each rank's read-ahead equals one rank");
+    drop(pf);
+    assert!(leader.decode(&mut lane, &[5]).is_ok(), "the next frame frees the read-ahead on every rank");
+    drop((lane, leader));
+    for f in followers {
+        assert_eq!(f.join().unwrap(), Ok(()));
+    }
+    // Each rank fetches only the rows it owns: the ranks' rows add up to one rank's.
+    let fetched = |m: &Model| {
+        let mut p = m.prefetch_chunks(&m.new_state(), &prompt, &chunks, (2, 2)).unwrap().expect("Engram on disk");
+        chunks.iter().for_each(|&n| drop(p.next_chunk(n).unwrap()));
+        p.rows_fetched()
+    };
+    let whole = fetched(&plain);
+    let ranks: Vec<usize> = InProcessComm::group(2)
+        .into_iter()
+        .map(|c| fetched(&tf_dsv41::tp::load_rank(d, Options { split_heads: true, ..opts }, Box::new(c)).unwrap().0))
+        .collect();
+    assert!(ranks.iter().all(|&r| 0 < r && r < whole), "each rank reads a share: {ranks:?} of {whole}");
+    assert_eq!(ranks.iter().sum::<usize>(), whole, "and the shares add up to the whole");
+}

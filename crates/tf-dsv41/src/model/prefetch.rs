@@ -10,12 +10,18 @@ use tf_engram::{ChunkRows, NgramHasher, NgramHistory, ReadAhead};
 pub struct Prefetch {
     readers: Vec<ReadAhead>,
     lens: VecDeque<usize>,
+    fetched: usize,
 }
 
 impl Prefetch {
     /// How long each taken chunk waited for the disk, per Engram layer.
     pub fn waits(&self) -> Vec<&[std::time::Duration]> {
         self.readers.iter().map(ReadAhead::waits).collect()
+    }
+
+    /// Distinct rows of the chunks taken so far, over every Engram layer (under a row split, this rank's only).
+    pub fn rows_fetched(&self) -> usize {
+        self.fetched
     }
 
     /// The next chunk's rows per Engram layer; `tokens` must be that chunk's length.
@@ -25,8 +31,14 @@ impl Prefetch {
             return Err(Error::Invalid(msg));
         }
         self.lens.pop_front();
-        let ahead = self.readers.iter_mut().map(ReadAhead::next_chunk).collect::<std::result::Result<_, _>>();
-        ahead.map_err(|e| Error::Invalid(e.to_string()))
+        let ahead: Vec<ChunkRows> = self
+            .readers
+            .iter_mut()
+            .map(ReadAhead::next_chunk)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        self.fetched += ahead.iter().map(ChunkRows::distinct).sum::<usize>();
+        Ok(ahead)
     }
 }
 
@@ -49,12 +61,19 @@ pub(crate) fn start<'a>(
     for (layer, gate) in gates {
         let k = h.layout().layer_index(layer).expect("engram blocks have a hash layer");
         let starts = lens.iter().scan(0, |at, &n| Some((std::mem::replace(at, *at + n), n)));
-        let chunks: Vec<Vec<u64>> =
-            starts.map(|(s, n)| (s..s + n).flat_map(|t| ids.at(k, t).to_vec()).collect()).collect();
+        // Under a row split (tensor parallel) a rank reads only the rows it owns.
+        let own = gate.split.as_ref().map(|s| s.mine());
+        let mine = |id: &u64| own.as_ref().is_none_or(|r| r.contains(&(*id as usize)));
+        let chunks: Vec<Vec<u64>> = starts
+            .map(|(s, n)| {
+                (s..s + n).flat_map(|t| ids.at(k, t).iter().copied().filter(mine).collect::<Vec<_>>()).collect()
+            })
+            .collect();
         readers.push((k, ReadAhead::start(gate.table.clone(), chunks, depth, threads)));
     }
     readers.sort_by_key(|(k, _)| *k);
-    Ok(Some(Prefetch { readers: readers.into_iter().map(|(_, r)| r).collect(), lens: lens.iter().copied().collect() }))
+    let readers = readers.into_iter().map(|(_, r)| r).collect();
+    Ok(Some(Prefetch { readers, lens: lens.iter().copied().collect(), fetched: 0 }))
 }
 
 impl Model {

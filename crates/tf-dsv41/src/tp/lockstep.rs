@@ -19,10 +19,19 @@ enum Frame {
         src: u64,
         dst: u64,
     },
+    /// A prompt chunk; with `pf`, its Engram rows come from that read-ahead on every rank that holds it.
     Prefill {
         id: u64,
         tokens: Vec<u32>,
         last: bool,
+        pf: Option<u64>,
+    },
+    /// Starts each rank's read-ahead of its own Engram rows for a prompt's chunks (after `lane`'s history, or a fresh one).
+    Prefetch {
+        pf: u64,
+        lane: Option<u64>,
+        prompt: Vec<u32>,
+        chunks: Vec<usize>,
     },
     Decode {
         id: u64,
@@ -49,11 +58,31 @@ enum Frame {
     Stop,
 }
 
-/// A frame and the lanes dropped since the last one.
+/// A frame and the lanes and read-aheads dropped since the last one.
 #[derive(Debug, Serialize, Deserialize)]
 struct Msg {
     free: Vec<u64>,
+    free_pf: Vec<u64>,
     frame: Frame,
+}
+
+/// One rank's lanes and prompt read-aheads, by the leader's ids.
+struct Held<F: Rank> {
+    lanes: HashMap<u64, F::Lane>,
+    pfs: HashMap<u64, F::Prefetch>,
+}
+
+impl<F: Rank> Default for Held<F> {
+    fn default() -> Self {
+        Held { lanes: HashMap::new(), pfs: HashMap::new() }
+    }
+}
+
+impl<F: Rank> Held<F> {
+    fn free(&mut self, msg: &Msg) {
+        msg.free.iter().for_each(|id| drop(self.lanes.remove(id)));
+        msg.free_pf.iter().for_each(|id| drop(self.pfs.remove(id)));
+    }
 }
 
 type Rows = Option<Vec<Vec<f32>>>;
@@ -63,14 +92,26 @@ pub trait Rank: Family<Error = Error> {}
 impl<F: Family<Error = Error>> Rank for F {}
 
 /// Runs `frame` on one rank's lanes; the logits of prefill, decode and verify. A refused step keeps its lane as the step left it.
-fn apply<F: Rank>(model: &F, lanes: &mut HashMap<u64, F::Lane>, frame: &Frame) -> Result<Rows, String> {
+fn apply<F: Rank>(model: &F, held: &mut Held<F>, frame: &Frame) -> Result<Rows, String> {
     let missing = |id: u64| format!("lockstep: no lane {id} on this rank");
+    let (lanes, pfs) = (&mut held.lanes, &mut held.pfs);
     let (id, st) = match frame {
         Frame::NewLane { id } => (*id, model.new_lane().map_err(|e| e.to_string())?),
         Frame::Fork { src, dst } => {
             (*dst, model.fork(lanes.get(src).ok_or_else(|| missing(*src))?).map_err(|e| e.to_string())?)
         }
         Frame::Stop | Frame::Step { .. } => return Ok(None),
+        Frame::Prefetch { pf, lane, prompt, chunks } => {
+            let lane = lane.map(|id| lanes.get(&id).ok_or_else(|| missing(id))).transpose()?;
+            // A rank that fetches nothing answers no rows; its prefills then read their rows as they go.
+            return Ok(match model.prefetch(lane, prompt, chunks).map_err(|e| e.to_string())? {
+                Some(p) => {
+                    pfs.insert(*pf, p);
+                    Some(Vec::new())
+                }
+                None => None,
+            });
+        }
         Frame::Prefill { id, .. }
         | Frame::Decode { id, .. }
         | Frame::Verify { id, .. }
@@ -78,7 +119,11 @@ fn apply<F: Rank>(model: &F, lanes: &mut HashMap<u64, F::Lane>, frame: &Frame) -
         | Frame::Draft { id, .. } => {
             let st = lanes.get_mut(id).ok_or_else(|| missing(*id))?;
             let out = match frame {
-                Frame::Prefill { tokens, last, .. } => model.prefill(st, tokens, *last).map(|l| l.map(|l| vec![l])),
+                Frame::Prefill { tokens, last, pf, .. } => match pf.and_then(|pf| pfs.get_mut(&pf)) {
+                    Some(p) => model.prefill_prefetched(st, tokens, *last, p),
+                    None => model.prefill(st, tokens, *last),
+                }
+                .map(|l| l.map(|l| vec![l])),
                 Frame::Decode { tokens, .. } => model.decode(st, tokens).map(Some),
                 Frame::Verify { tokens, .. } => model.verify(st, tokens).map(Some),
                 Frame::Rewind { keep, .. } => model.rewind(st, *keep).map(|()| None),
@@ -98,9 +143,10 @@ fn apply<F: Rank>(model: &F, lanes: &mut HashMap<u64, F::Lane>, frame: &Frame) -
 /// A step frame on this rank's lanes: each lane's rows or its own error.
 fn apply_step<F: Rank>(
     model: &F,
-    lanes: &mut HashMap<u64, F::Lane>,
+    held: &mut Held<F>,
     (ids, rows, verify): (&[u64], &[Vec<u32>], &[bool]),
 ) -> Vec<Result<Rows, String>> {
+    let lanes = &mut held.lanes;
     let mut taken: Vec<(u64, F::Lane)> = ids.iter().filter_map(|id| lanes.remove_entry(id)).collect();
     if taken.len() != ids.len() || rows.len() != ids.len() || verify.len() != ids.len() {
         lanes.extend(taken);
@@ -118,11 +164,11 @@ fn apply_step<F: Rank>(
 }
 
 /// `apply` (one result per lane of the frame), with a panic (a failed collective inside the forward) turned into this rank's refusal.
-fn run<F: Rank>(model: &F, lanes: &mut HashMap<u64, F::Lane>, frame: &Frame) -> Vec<Result<Rows, String>> {
+fn run<F: Rank>(model: &F, held: &mut Held<F>, frame: &Frame) -> Vec<Result<Rows, String>> {
     let n = if let Frame::Step { ids, .. } = frame { ids.len() } else { 1 };
     let out = catch_unwind(AssertUnwindSafe(|| match frame {
-        Frame::Step { ids, rows, verify } => apply_step(model, lanes, (ids, rows, verify)),
-        _ => vec![apply(model, lanes, frame)],
+        Frame::Step { ids, rows, verify } => apply_step(model, held, (ids, rows, verify)),
+        _ => vec![apply(model, held, frame)],
     }));
     out.unwrap_or_else(|p| {
         let why = p.downcast_ref::<String>().cloned().unwrap_or_else(|| "a rank panicked".into());
@@ -141,18 +187,16 @@ fn verdicts(comm: &SharedComm, oks: &[bool]) -> Result<Vec<Vec<bool>>, String> {
 
 /// A follower rank: runs the leader's frames until `Stop`; an error means the group is lost (the caller exits 70).
 pub fn follow<F: Rank>(model: &F, comm: &SharedComm) -> Result<(), String> {
-    let mut lanes = HashMap::new();
+    let mut held = Held::<F>::default();
     loop {
         let mut bytes = Vec::new();
         comm.with(|c| c.broadcast_bytes_idle(&mut bytes, 0)).map_err(|e| format!("waiting for the leader: {e}"))?;
         let msg: Msg = serde_json::from_slice(&bytes).map_err(|e| format!("a frame that does not parse: {e}"))?;
-        for id in &msg.free {
-            lanes.remove(id);
-        }
+        held.free(&msg);
         if matches!(msg.frame, Frame::Stop) {
             return Ok(());
         }
-        let oks: Vec<bool> = run(model, &mut lanes, &msg.frame).iter().map(Result::is_ok).collect();
+        let oks: Vec<bool> = run(model, &mut held, &msg.frame).iter().map(Result::is_ok).collect();
         verdicts(comm, &oks)?;
     }
 }
@@ -161,9 +205,10 @@ pub fn follow<F: Rank>(model: &F, comm: &SharedComm) -> Result<(), String> {
 pub struct Leader<F: Rank = Model> {
     pub model: F,
     comm: SharedComm,
-    lanes: Mutex<HashMap<u64, F::Lane>>,
+    held: Mutex<Held<F>>,
     next_id: Mutex<u64>,
     freed: Arc<Mutex<Vec<u64>>>,
+    freed_pf: Arc<Mutex<Vec<u64>>>,
     lost: Mutex<Option<String>>,
     /// Exit the process with code 70 when lockstep is lost (the server; tests look at the error instead).
     pub exit_on_lost: bool,
@@ -181,14 +226,27 @@ impl Drop for TpLane {
     }
 }
 
+/// A prompt read-ahead running on every rank (each reading its own Engram rows); dropping it frees them with the next frame.
+pub struct TpPrefetch {
+    pub id: u64,
+    freed: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Drop for TpPrefetch {
+    fn drop(&mut self) {
+        self.freed.lock().push(self.id);
+    }
+}
+
 impl<F: Rank> Leader<F> {
     pub fn new(model: F, comm: SharedComm) -> Leader<F> {
         Leader {
             model,
             comm,
-            lanes: Mutex::new(HashMap::new()),
+            held: Mutex::new(Held::default()),
             next_id: Mutex::new(0),
             freed: Arc::default(),
+            freed_pf: Arc::default(),
             lost: Mutex::new(None),
             exit_on_lost: false,
         }
@@ -213,17 +271,16 @@ impl<F: Rank> Leader<F> {
         if let Some(why) = self.lost.lock().clone() {
             return Err(Error::LockstepLost(why));
         }
-        let mut free: Vec<u64> = std::mem::take(&mut *self.freed.lock());
-        let mut lanes = self.lanes.lock();
-        for id in &free {
-            lanes.remove(id);
-        }
-        let msg = Msg { free: std::mem::take(&mut free), frame };
+        let free: Vec<u64> = std::mem::take(&mut *self.freed.lock());
+        let free_pf: Vec<u64> = std::mem::take(&mut *self.freed_pf.lock());
+        let msg = Msg { free, free_pf, frame };
+        let mut held = self.held.lock();
+        held.free(&msg);
         let mut bytes = serde_json::to_vec(&msg).expect("frames serialize");
         if let Err(e) = self.comm.with(|c| c.broadcast_bytes(&mut bytes, 0)) {
             return Err(self.lose(format!("sending a frame: {e}")));
         }
-        let local = run(&self.model, &mut lanes, &msg.frame);
+        let local = run(&self.model, &mut held, &msg.frame);
         let oks: Vec<bool> = local.iter().map(Result::is_ok).collect();
         let all = verdicts(&self.comm, &oks).map_err(|e| self.lose(format!("collecting verdicts: {e}")))?;
         if all.iter().any(|rank| *rank != oks) {
@@ -251,8 +308,33 @@ impl<F: Rank> Leader<F> {
     }
 
     pub(crate) fn prefill(&self, lane: &TpLane, tokens: &[u32], last: bool) -> Result<Option<Vec<f32>>, Error> {
-        let rows = self.call(Frame::Prefill { id: lane.id, tokens: tokens.to_vec(), last })?;
+        self.prefill_with(lane, tokens, last, None)
+    }
+
+    /// A prompt chunk whose Engram rows every rank reads from the read-ahead `pf` (its own rows only).
+    pub(crate) fn prefill_with(
+        &self,
+        lane: &TpLane,
+        tokens: &[u32],
+        last: bool,
+        pf: Option<&TpPrefetch>,
+    ) -> Result<Option<Vec<f32>>, Error> {
+        let rows = self.call(Frame::Prefill { id: lane.id, tokens: tokens.to_vec(), last, pf: pf.map(|p| p.id) })?;
         Ok(rows.and_then(|mut r| r.pop()))
+    }
+
+    /// Starts every rank's read-ahead of a prompt's chunks; `None` where the ranks fetch nothing (Engram mapped, or none).
+    pub(crate) fn prefetch(
+        &self,
+        lane: Option<&TpLane>,
+        prompt: &[u32],
+        chunks: &[usize],
+    ) -> Result<Option<TpPrefetch>, Error> {
+        let pf = self.new_id();
+        let frame = Frame::Prefetch { pf, lane: lane.map(|l| l.id), prompt: prompt.to_vec(), chunks: chunks.to_vec() };
+        let handle = TpPrefetch { id: pf, freed: self.freed_pf.clone() };
+        // Dropped at once when the leader fetches nothing, so a follower that did frees its read-ahead too.
+        Ok(self.call(frame)?.map(|_| handle))
     }
 
     pub(crate) fn decode(&self, lane: &TpLane, tokens: &[u32], verify: bool) -> Result<Vec<Vec<f32>>, Error> {
@@ -295,8 +377,8 @@ impl<F: Rank> Leader<F> {
 impl<F: Rank> Drop for Leader<F> {
     fn drop(&mut self) {
         if self.lost.lock().is_none() {
-            let mut bytes =
-                serde_json::to_vec(&Msg { free: Vec::new(), frame: Frame::Stop }).expect("frames serialize");
+            let mut bytes = serde_json::to_vec(&Msg { free: Vec::new(), free_pf: Vec::new(), frame: Frame::Stop })
+                .expect("frames serialize");
             let _ = self.comm.with(|c| c.broadcast_bytes(&mut bytes, 0));
         }
     }
