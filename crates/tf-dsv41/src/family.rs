@@ -62,25 +62,48 @@ fn dsv41_step_lanes<M: crate::plan::Backend>(
         }
     }
     let run: Vec<usize> = (0..lanes.len()).filter(|&i| out[i].is_none()).collect();
-    let mut step: Vec<&mut M::Lane> =
-        lanes.iter_mut().enumerate().filter(|(i, _)| out[*i].is_none()).map(|(_, l)| &mut **l).collect();
-    let sel_rows: Vec<&[u32]> = run.iter().map(|&i| rows[i]).collect();
-    let sel_verify: Vec<bool> = run.iter().map(|&i| verify[i]).collect();
-    let aheads: Vec<&[tf_engram::ChunkRows]> = run.iter().map(|&i| ahead[i].as_slice()).collect();
-    match crate::plan::step_lanes(m, &mut step, &sel_rows, &sel_verify, &aheads) {
-        Ok(logits) => run.iter().zip(logits).for_each(|(&i, l)| out[i] = Some(Ok(l))),
-        Err(e) => {
-            // The step's lanes were all part way through it: each fails, the first with the cause itself.
-            let msg = e.to_string();
-            let mut e = Some(e);
-            for &i in &run {
-                let err =
-                    e.take().unwrap_or_else(|| tf_core::Error::Invalid(format!("a batched step failed: {msg}")).into());
-                out[i] = Some(Err(err));
+    let mut taken: Vec<Option<&mut M::Lane>> = lanes.iter_mut().map(|l| Some(&mut **l)).collect();
+    for group in step_groups(m.opts(), &run, |i| rows[i].len()) {
+        let mut step: Vec<&mut M::Lane> = group.iter().map(|&i| taken[i].take().expect("one group per lane")).collect();
+        let sel_rows: Vec<&[u32]> = group.iter().map(|&i| rows[i]).collect();
+        let sel_verify: Vec<bool> = group.iter().map(|&i| verify[i]).collect();
+        let aheads: Vec<&[tf_engram::ChunkRows]> = group.iter().map(|&i| ahead[i].as_slice()).collect();
+        match crate::plan::step_lanes(m, &mut step, &sel_rows, &sel_verify, &aheads) {
+            Ok(logits) => group.iter().zip(logits).for_each(|(&i, l)| out[i] = Some(Ok(l))),
+            Err(e) => {
+                // The step's lanes were all part way through it: each fails, the first with the cause itself.
+                let msg = e.to_string();
+                let mut e = Some(e);
+                for &i in &group {
+                    let err = e
+                        .take()
+                        .unwrap_or_else(|| tf_core::Error::Invalid(format!("a batched step failed: {msg}")).into());
+                    out[i] = Some(Err(err));
+                }
             }
         }
     }
     out.into_iter().map(|r| r.expect("every lane ran or failed")).collect()
+}
+
+/// `run` cut into steps whose rows stay below the smallest prompt-path row threshold, or of one lane: a lane's kernels follow its own rows.
+pub fn step_groups(opts: &crate::Options, run: &[usize], rows: impl Fn(usize) -> usize) -> Vec<Vec<usize>> {
+    let limit = [opts.exl3_prompt_gemm, opts.prefill_mxfp4.map(|p| p.min_rows)].into_iter().flatten().min();
+    let Some(limit) = limit else { return if run.is_empty() { Vec::new() } else { vec![run.to_vec()] } };
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut total = 0;
+    for &i in run {
+        let n = rows(i);
+        match groups.last_mut() {
+            Some(g) if n < limit && total + n < limit => g.push(i),
+            _ => {
+                groups.push(vec![i]);
+                total = 0;
+            }
+        }
+        total += n;
+    }
+    groups
 }
 
 /// The read-ahead methods of a dsv41 backend `$m` (a [`crate::plan::Backend`]).

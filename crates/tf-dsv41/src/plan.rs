@@ -270,7 +270,7 @@ pub fn verify_lanes<B: Backend>(
     step_lanes(b, lanes, windows, &vec![true; lanes.len()], ahead)
 }
 
-/// One step over several lanes: lane `i` runs `rows[i]` as a verify window where `verify[i]` (see [`verify`]), else as decode rows.
+/// Lane `i` runs `rows[i]` as a verify window where `verify[i]`, else as decode rows; after a failed step, drop its lanes (half-run).
 pub fn step_lanes<B: Backend>(
     b: &B,
     lanes: &mut [&mut B::Lane],
@@ -327,9 +327,14 @@ fn decode_rows<B: Backend>(
 ) -> Result<Vec<Vec<Vec<f32>>>> {
     let pos0: Vec<usize> = lanes.iter_mut().map(|l| *l.pos_mut()).collect();
     let mut ids: EngramIds = Vec::new();
-    for (lane, t) in lanes.iter_mut().zip(tokens) {
+    for (i, (lane, t)) in lanes.iter_mut().zip(tokens).enumerate() {
         let lane_ids = engram_ids(b, lane, t)?;
-        ids.resize(lane_ids.len(), Vec::new());
+        if i == 0 {
+            ids.resize(lane_ids.len(), Vec::new());
+        } else if lane_ids.len() != ids.len() {
+            let what = format!("lanes of one step hash {} and {} Engram layers", ids.len(), lane_ids.len());
+            return Err(CoreError::Invalid(what).into());
+        }
         ids.iter_mut().zip(lane_ids).for_each(|(all, mine)| all.extend(mine));
     }
     let ahead = merged_ahead(ahead);

@@ -128,3 +128,14 @@ fn a_lane_that_cannot_decode_fails_alone_and_the_others_decode() {
     );
     assert_eq!((a.pos, c.pos), (pa.len() + 1, pc.len() + 1));
 }
+
+#[test]
+fn steps_stay_below_the_prompt_paths_row_thresholds_or_hold_one_lane() {
+    let rows = [1usize, 1, 1, 6, 1, 2, 1];
+    let gemm = Options { exl3_prompt_gemm: Some(4), ..Options::default() };
+    let run: Vec<usize> = (0..rows.len()).collect();
+    let groups = tf_dsv41::family::step_groups(&gemm, &run, |i| rows[i]);
+    assert_eq!(groups, vec![vec![0, 1, 2], vec![3], vec![4, 5], vec![6]], "a lane's kernels follow its own rows");
+    assert_eq!(tf_dsv41::family::step_groups(&Options::default(), &run, |i| rows[i]), vec![run.clone()]);
+    assert!(tf_dsv41::family::step_groups(&gemm, &[], |i| rows[i]).is_empty(), "no lane left, no step");
+}

@@ -70,7 +70,7 @@ pub struct Metrics {
     drafted: AtomicU64,
     accepted: AtomicU64,
     accepted_at: [AtomicU64; super::spec::MAX_DRAFT],
-    /// Plain decode steps, and the lanes they decoded together.
+    /// Decode steps (rows and verify windows), and the lanes they ran together.
     rounds: AtomicU64,
     round_lanes: AtomicU64,
 }
@@ -99,13 +99,13 @@ impl Metrics {
         }
     }
 
-    /// One plain decode step over `lanes` lanes at once.
+    /// One decode step over `lanes` lanes at once.
     pub(crate) fn decode_round(&self, lanes: usize) {
         self.rounds.fetch_add(1, Ordering::Relaxed);
         self.round_lanes.fetch_add(lanes as u64, Ordering::Relaxed);
     }
 
-    /// (plain decode steps, lanes decoded in them) so far.
+    /// (decode steps, lanes run in them) so far.
     pub fn decode_rounds(&self) -> (u64, u64) {
         (self.rounds.load(Ordering::Relaxed), self.round_lanes.load(Ordering::Relaxed))
     }
@@ -149,7 +149,7 @@ impl Metrics {
             ("spec_decode_num_drafts_total", "DSpark verify windows.", &self.windows),
             ("spec_decode_num_draft_tokens_total", "Draft tokens verified.", &self.drafted),
             ("spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", &self.accepted),
-            ("decode_steps_total", "Plain decode steps (every decoding lane of a round in one step).", &self.rounds),
+            ("decode_steps_total", "Decode steps (a round's rows and verify windows in one step).", &self.rounds),
             ("decode_step_lanes_total", "Lanes decoded in those steps.", &self.round_lanes),
         ];
         for (name, help, c) in counters {

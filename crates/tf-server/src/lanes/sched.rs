@@ -334,6 +334,8 @@ impl<F: Family> Scheduler<F> {
             let rows: Vec<&[u32]> = tokens.iter().map(Vec::as_slice).collect();
             family.step_lanes(&mut lanes, &rows, &verify, &mut pfs)
         };
+        // A lane without its result would keep a moved state and no token: fail the whole step instead.
+        assert_eq!(results.len(), sel.len(), "the family answered every lane of the step");
         metrics.decode_round(sel.len());
         let each = sel.into_iter().zip(group).zip(results);
         each.map(|((a, (i, row)), r)| {
