@@ -379,10 +379,11 @@ pub fn check_lane<B: Backend>(b: &B, lane: &B::Lane, tokens: &[u32], verify: boo
 }
 
 /// The lanes' rows fetched ahead, one chunk per Engram layer; a lane without read-ahead reads its rows from the table.
-fn merged_ahead(ahead: &[&[ChunkRows]]) -> Vec<ChunkRows> {
+fn merged_ahead<'a>(ahead: &[&'a [ChunkRows]]) -> std::borrow::Cow<'a, [ChunkRows]> {
     match ahead {
-        [] => Vec::new(),
-        [one] => one.to_vec(),
+        [] => std::borrow::Cow::Borrowed(&[]),
+        // One lane's rows serve as they are: a plain decode step copies nothing.
+        [one] => std::borrow::Cow::Borrowed(*one),
         many => {
             let layers = many.iter().map(|a| a.len()).max().unwrap_or(0);
             (0..layers)

@@ -14,8 +14,8 @@ plan::impl_lane!(SeqState);
 impl Backend for Model {
     type Lane = SeqState;
     type Streams = Streams;
-    /// The run's first position (each block picks its own RoPE table).
-    type Ctx = usize;
+    /// Nothing: a part's position is all a CPU block needs (each block picks its own RoPE table).
+    type Ctx = ();
     type Shared = Shared;
     type Tap = Vec<bf16>;
     type Logits = Vec<Vec<f32>>;
@@ -44,8 +44,8 @@ impl Backend for Model {
         s.pre.len()
     }
 
-    fn begin(&self, _lane: &SeqState, _range: std::ops::Range<usize>, pos0: usize, _rows: usize) -> Result<usize> {
-        Ok(pos0)
+    fn begin(&self, _lane: &SeqState, _range: std::ops::Range<usize>, _pos0: usize, _rows: usize) -> Result<()> {
+        Ok(())
     }
 
     fn engram(&self, layer: usize, s: &mut Streams, ids: Option<&[Vec<u64>]>, ahead: Option<&ChunkRows>) -> Result<()> {
