@@ -14,6 +14,8 @@ pub enum CommError {
     LengthMismatch { detail: String },
     #[error("the transport failed ({detail}); the group is now unusable")]
     Transport { detail: String },
+    #[error("rank {rank} names peer {peer}, out of range for world size {world}")]
+    PeerOutOfRange { rank: usize, peer: usize, world: usize },
     #[error("root {root} given by rank {rank} is out of range for world size {world}")]
     RootOutOfRange { rank: usize, root: usize, world: usize },
 }

@@ -1,5 +1,6 @@
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -30,6 +31,8 @@ struct State {
     outcome: Option<Result<Payload, CommError>>,
     picked: usize,
     broken: Option<CommError>,
+    /// Point-to-point messages waiting to be received, at `from * world + to`.
+    mail: Vec<VecDeque<Vec<f32>>>,
 }
 
 impl InProcessComm {
@@ -53,6 +56,7 @@ impl InProcessComm {
                 outcome: None,
                 picked: 0,
                 broken: None,
+                mail: (0..world * world).map(|_| VecDeque::new()).collect(),
             }),
             changed: Condvar::new(),
         });
@@ -135,6 +139,42 @@ impl InProcessComm {
         }
         self.shared.changed.wait_for(st, at - now);
         Ok(())
+    }
+
+    fn peer(&self, peer: usize) -> Result<usize, CommError> {
+        op::peer(self.rank, self.shared.world, peer)
+    }
+
+    /// Eager: the message waits in the receiver's mailbox, so a send never blocks.
+    fn post(&self, buf: &[f32], to: usize) -> Result<(), CommError> {
+        let to = self.peer(to)?;
+        let mut st = self.lock();
+        if let Some(err) = &st.broken {
+            return Err(err.clone());
+        }
+        st.mail[self.rank * self.shared.world + to].push_back(buf.to_vec());
+        self.shared.changed.notify_all();
+        Ok(())
+    }
+
+    fn take(&self, buf: &mut [f32], from: usize) -> Result<(), CommError> {
+        let from = self.peer(from)?;
+        let deadline = self.shared.timeout.map(|after| (Instant::now() + after, after));
+        let mut st = self.lock();
+        loop {
+            // A message already sent is delivered even if its sender has left since.
+            if let Some(msg) = st.mail[from * self.shared.world + self.rank].pop_front() {
+                return op::deliver(self.rank, from, &msg, buf);
+            }
+            if from == self.rank {
+                let detail = format!("rank {from} receives from itself, but sent itself nothing");
+                return Err(CommError::OpMismatch { detail });
+            }
+            if let Some(err) = &st.broken {
+                return Err(err.clone());
+            }
+            self.wait(&mut st, deadline)?;
+        }
     }
 }
 
@@ -226,5 +266,19 @@ impl Comm for InProcessComm {
 
     fn barrier(&self) -> Result<(), CommError> {
         self.collective(Op::new(Kind::Barrier, 0, 0), Payload::default(), |_| {})
+    }
+
+    fn send(&self, buf: &[f32], to: usize) -> Result<(), CommError> {
+        self.post(buf, to)
+    }
+
+    fn recv(&self, buf: &mut [f32], from: usize) -> Result<(), CommError> {
+        self.take(buf, from)
+    }
+
+    fn send_recv(&self, send: &[f32], to: usize, recv: &mut [f32], from: usize) -> Result<(), CommError> {
+        self.peer(from)?;
+        self.post(send, to)?;
+        self.take(recv, from)
     }
 }

@@ -42,6 +42,15 @@ pub trait Comm: Send {
 
     fn barrier(&self) -> Result<(), CommError>;
 
+    /// Sends `buf` to rank `to`; messages between two ranks arrive in the order sent; may wait for `to` to receive (NCCL does).
+    fn send(&self, buf: &[f32], to: usize) -> Result<(), CommError>;
+
+    /// Receives the next message from rank `from` into `buf`; one of another length is consumed and is a `LengthMismatch`.
+    fn recv(&self, buf: &mut [f32], from: usize) -> Result<(), CommError>;
+
+    /// Sends to `to` while receiving from `from`: the step of a ring shift, which two blocking sends could deadlock.
+    fn send_recv(&self, send: &[f32], to: usize, recv: &mut [f32], from: usize) -> Result<(), CommError>;
+
     /// Rank 0 leads lockstep: it decides each step and broadcasts it to the followers.
     fn is_leader(&self) -> bool {
         self.rank() == 0

@@ -5,6 +5,7 @@ use crate::tcp::{decode, encode};
 use crate::{Comm, CommError, TcpComm};
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -31,6 +32,10 @@ struct Lib {
     get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> c_int,
     init_rank: unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int) -> c_int,
     all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, RawComm, *mut c_void) -> c_int,
+    send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int,
+    recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, RawComm, *mut c_void) -> c_int,
+    group_start: unsafe extern "C" fn() -> c_int,
+    group_end: unsafe extern "C" fn() -> c_int,
     abort: unsafe extern "C" fn(RawComm) -> c_int,
     async_error: unsafe extern "C" fn(RawComm, *mut c_int) -> c_int,
     error_string: unsafe extern "C" fn(c_int) -> *const c_char,
@@ -59,6 +64,10 @@ fn lib() -> Result<&'static Lib, String> {
             get_unique_id: sym(&lib, b"ncclGetUniqueId\0")?,
             init_rank: sym(&lib, b"ncclCommInitRank\0")?,
             all_gather: sym(&lib, b"ncclAllGather\0")?,
+            send: sym(&lib, b"ncclSend\0")?,
+            recv: sym(&lib, b"ncclRecv\0")?,
+            group_start: sym(&lib, b"ncclGroupStart\0")?,
+            group_end: sym(&lib, b"ncclGroupEnd\0")?,
             abort: sym(&lib, b"ncclCommAbort\0")?,
             async_error: sym(&lib, b"ncclCommGetAsyncError\0")?,
             error_string: sym(&lib, b"ncclGetErrorString\0")?,
@@ -106,6 +115,8 @@ pub struct NcclComm {
     world: usize,
     timeout: Option<Duration>,
     broken: Mutex<Option<CommError>>,
+    /// Messages this rank sent itself.
+    own: Mutex<VecDeque<Vec<f32>>>,
 }
 
 // SAFETY: the NCCL handle is used by one thread at a time (`Comm` is not `Sync`), and NCCL allows that thread to change.
@@ -127,7 +138,16 @@ impl NcclComm {
         let mut comm: RawComm = std::ptr::null_mut();
         // SAFETY: every rank of the group calls this with the same id and world; it blocks until all have joined.
         check(lib, "ncclCommInitRank", unsafe { (lib.init_rank)(&mut comm, world as c_int, id, rank as c_int) })?;
-        Ok(NcclComm { lib, comm, stream, rank, world, timeout, broken: Mutex::new(None) })
+        Ok(NcclComm {
+            lib,
+            comm,
+            stream,
+            rank,
+            world,
+            timeout,
+            broken: Mutex::new(None),
+            own: Mutex::new(VecDeque::new()),
+        })
     }
 
     /// Joins a group across processes: rank 0 makes the id and hands it out over a TCP ring that meets at `addr`.
@@ -167,6 +187,89 @@ impl NcclComm {
         s.clone_dtoh(&dst).map_err(|e| lost(e.to_string()))
     }
 
+    /// One grouped NCCL send of `send` and receive of `recv.1` bytes from rank `recv.0`; waits at most `timeout`.
+    fn p2p_bytes(
+        &self,
+        send: Option<(&[u8], usize)>,
+        recv: Option<(usize, usize)>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Vec<u8>>, CommError> {
+        let lost = |detail: String| CommError::Transport { detail };
+        let s = &self.stream;
+        s.context().bind_to_thread().map_err(|e| lost(e.to_string()))?;
+        // One byte at least: a zero-length device buffer cannot be allocated, and NCCL reads only `count` bytes.
+        let mut src = s.alloc_zeros::<u8>(send.map_or(1, |(b, _)| b.len().max(1))).map_err(|e| lost(e.to_string()))?;
+        if let Some((b, _)) = send.filter(|(b, _)| !b.is_empty()) {
+            s.memcpy_htod(b, &mut src).map_err(|e| lost(e.to_string()))?;
+        }
+        let mut dst = s.alloc_zeros::<u8>(recv.map_or(1, |(_, n)| n.max(1))).map_err(|e| lost(e.to_string()))?;
+        {
+            let (sp, _s) = src.device_ptr(s);
+            let (dp, _d) = dst.device_ptr_mut(s);
+            let cu = s.cu_stream() as *mut c_void;
+            let lib = self.lib;
+            // SAFETY: a group of at most one send and one receive on buffers of this stream's device, each at least `count` bytes.
+            unsafe {
+                check(lib, "ncclGroupStart", (lib.group_start)()).map_err(lost)?;
+                let sent = send.map_or(0, |(b, to)| {
+                    (lib.send)(sp as *const c_void, b.len(), NCCL_UINT8, to as c_int, self.comm, cu)
+                });
+                let got = recv
+                    .map_or(0, |(from, n)| (lib.recv)(dp as *mut c_void, n, NCCL_UINT8, from as c_int, self.comm, cu));
+                let end = (lib.group_end)();
+                check(lib, "ncclSend", sent)
+                    .and(check(lib, "ncclRecv", got))
+                    .and(check(lib, "ncclGroupEnd", end))
+                    .map_err(lost)?;
+            }
+        }
+        self.wait(timeout)?;
+        let Some((_, n)) = recv else { return Ok(None) };
+        let mut out = s.clone_dtoh(&dst).map_err(|e| lost(e.to_string()))?;
+        out.truncate(n);
+        Ok(Some(out))
+    }
+
+    /// Point to point: lengths first, so a receiver takes exactly what was sent and a mismatch is an error, not a hang.
+    fn exchange(&self, send: Option<(&[f32], usize)>, from: Option<usize>) -> Result<Option<Vec<f32>>, CommError> {
+        if let Some(e) = self.broken.lock().clone() {
+            return Err(e);
+        }
+        let send = match send {
+            Some((buf, to)) if to == self.rank => {
+                self.own.lock().push_back(buf.to_vec());
+                None
+            }
+            s => s,
+        };
+        if from == Some(self.rank) {
+            let got = self.own.lock().pop_front();
+            let Some(got) = got else {
+                let detail = format!("rank {} receives from itself, but sent itself nothing", self.rank);
+                return Err(CommError::OpMismatch { detail });
+            };
+            return self.exchange(send, None).map(|_| Some(got));
+        }
+        let run = || -> Result<Option<Vec<f32>>, CommError> {
+            let len = send.map(|(b, _)| (b.len() as u64).to_le_bytes());
+            let n = self.p2p_bytes(
+                send.zip(len.as_ref()).map(|((_, to), l)| (&l[..], to)),
+                from.map(|f| (f, 8)),
+                self.timeout,
+            )?;
+            let n = n.map(|b| u64::from_le_bytes(b[..8].try_into().expect("8 bytes")) as usize);
+            let bytes: Option<Vec<u8>> = send.map(|(b, _)| b.iter().flat_map(|f| f.to_le_bytes()).collect());
+            let payload = send.zip(bytes.as_deref()).map(|((_, to), b)| (b, to));
+            let got = self.p2p_bytes(payload, from.zip(n).map(|(f, n)| (f, n * 4)), self.timeout)?;
+            Ok(got.map(|b| b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()))
+        };
+        run().inspect_err(|e| {
+            *self.broken.lock() = Some(e.clone());
+            // SAFETY: aborting ends this rank's pending NCCL work; the handle is not used again.
+            let _ = unsafe { (self.lib.abort)(self.comm) };
+        })
+    }
+
     /// Polls the stream until the collective ends, NCCL reports a failure, or `timeout` passes (then the group is aborted).
     fn wait(&self, timeout: Option<Duration>) -> Result<(), CommError> {
         let start = Instant::now();
@@ -197,6 +300,10 @@ impl NcclComm {
 impl Rounds for NcclComm {
     fn group(&self) -> (usize, usize, Option<Duration>) {
         (self.rank, self.world, self.timeout)
+    }
+
+    fn p2p(&self, send: Option<(&[f32], usize)>, from: Option<usize>) -> Result<Option<Vec<f32>>, CommError> {
+        self.exchange(send, from)
     }
 
     fn round(&self, op: Op, data: Payload, timeout: Option<Duration>) -> Result<Payload, CommError> {

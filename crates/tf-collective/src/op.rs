@@ -6,6 +6,23 @@ pub(crate) trait Rounds: Send {
     /// This rank, the world size, and the deadline of every wait.
     fn group(&self) -> (usize, usize, Option<Duration>);
     fn round(&self, op: Op, data: Payload, timeout: Option<Duration>) -> Result<Payload, CommError>;
+    /// Point to point: `send` (if any) goes to `to` while a message is received from `from` (if any) and returned.
+    fn p2p(&self, send: Option<(&[f32], usize)>, from: Option<usize>) -> Result<Option<Vec<f32>>, CommError>;
+}
+
+/// Checks a peer index against the group.
+pub(crate) fn peer(rank: usize, world: usize, peer: usize) -> Result<usize, CommError> {
+    if peer < world { Ok(peer) } else { Err(CommError::PeerOutOfRange { rank, peer, world }) }
+}
+
+/// Copies a received message into `buf`, or names both lengths.
+pub(crate) fn deliver(rank: usize, from: usize, msg: &[f32], buf: &mut [f32]) -> Result<(), CommError> {
+    if msg.len() != buf.len() {
+        let detail = format!("recv: rank {from} sent {} elements, rank {rank} expects {}", msg.len(), buf.len());
+        return Err(CommError::LengthMismatch { detail });
+    }
+    buf.copy_from_slice(msg);
+    Ok(())
 }
 
 impl<T: Rounds> Comm for T {
@@ -63,6 +80,24 @@ impl<T: Rounds> Comm for T {
 
     fn barrier(&self) -> Result<(), CommError> {
         self.round(Op::new(Kind::Barrier, 0, 0), Payload::default(), self.group().2).map(drop)
+    }
+
+    fn send(&self, buf: &[f32], to: usize) -> Result<(), CommError> {
+        let (rank, world, _) = self.group();
+        self.p2p(Some((buf, peer(rank, world, to)?)), None).map(drop)
+    }
+
+    fn recv(&self, buf: &mut [f32], from: usize) -> Result<(), CommError> {
+        let (rank, world, _) = self.group();
+        let msg = self.p2p(None, Some(peer(rank, world, from)?))?.unwrap_or_default();
+        deliver(rank, from, &msg, buf)
+    }
+
+    fn send_recv(&self, send: &[f32], to: usize, recv: &mut [f32], from: usize) -> Result<(), CommError> {
+        let (rank, world, _) = self.group();
+        let (to, from) = (peer(rank, world, to)?, peer(rank, world, from)?);
+        let msg = self.p2p(Some((send, to)), Some(from))?.unwrap_or_default();
+        deliver(rank, from, &msg, recv)
     }
 }
 

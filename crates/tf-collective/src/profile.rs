@@ -107,6 +107,18 @@ impl Comm for Profiled {
     fn barrier(&self) -> Result<(), CommError> {
         self.timed("barrier", 0, |c| c.barrier())
     }
+
+    fn send(&self, buf: &[f32], to: usize) -> Result<(), CommError> {
+        self.timed("send", buf.len() * 4, |c| c.send(buf, to))
+    }
+
+    fn recv(&self, buf: &mut [f32], from: usize) -> Result<(), CommError> {
+        self.timed("recv", 0, |c| c.recv(buf, from))
+    }
+
+    fn send_recv(&self, send: &[f32], to: usize, recv: &mut [f32], from: usize) -> Result<(), CommError> {
+        self.timed("send_recv", send.len() * 4, |c| c.send_recv(send, to, recv, from))
+    }
 }
 
 /// Every rank's records from `dir`, by rank.
@@ -132,9 +144,18 @@ pub fn summarize(ranks: &[Vec<Record>]) -> String {
         matched: u64,
     }
     let mut rows: BTreeMap<&str, Row> = BTreeMap::new();
+    // Point-to-point ops involve only some ranks: each record is its own call, and collectives line up without them.
+    let p2p = |r: &Record| matches!(r.op.as_str(), "send" | "recv" | "send_recv");
+    for r in ranks.iter().flatten().filter(|r| p2p(r)) {
+        let row = rows.entry(r.op.as_str()).or_default();
+        row.calls += 1;
+        row.bytes += r.bytes as u64;
+        row.in_op_us += r.end_us.saturating_sub(r.ready_us);
+    }
+    let ranks: Vec<Vec<&Record>> = ranks.iter().map(|r| r.iter().filter(|r| !p2p(r)).collect()).collect();
     let longest = ranks.iter().map(Vec::len).max().unwrap_or(0);
     for i in 0..longest {
-        let here: Vec<&Record> = ranks.iter().filter_map(|r| r.get(i)).collect();
+        let here: Vec<&Record> = ranks.iter().filter_map(|r| r.get(i).copied()).collect();
         let row = rows.entry(here[0].op.as_str()).or_default();
         row.calls += 1;
         row.bytes += here.iter().map(|r| r.bytes as u64).sum::<u64>();

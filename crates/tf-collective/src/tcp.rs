@@ -2,18 +2,28 @@
 
 use crate::CommError;
 use crate::op::{self, Contribution, Kind, Op, Payload, Rounds};
+use std::collections::VecDeque;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// One rank of a TCP ring: it sends to rank `rank + 1` and hears from rank `rank - 1`.
+/// One rank of a TCP ring: it sends to rank `rank + 1` and hears from rank `rank - 1`; point-to-point messages take a link of their own to each peer.
 pub struct TcpComm {
     rank: usize,
     world: usize,
     timeout: Option<Duration>,
     ring: Mutex<Option<Ring>>,
     broken: Mutex<Option<CommError>>,
+    links: Vec<Option<Link>>,
+    /// Messages this rank sent itself.
+    own: Mutex<VecDeque<Vec<f32>>>,
+}
+
+/// Both directions of one peer's point-to-point connection, each locked on its own so a send and a receive overlap.
+struct Link {
+    out: Mutex<BufWriter<TcpStream>>,
+    inp: Mutex<BufReader<TcpStream>>,
 }
 
 struct Ring {
@@ -34,23 +44,113 @@ impl TcpComm {
         leader: impl ToSocketAddrs,
         timeout: Option<Duration>,
     ) -> std::io::Result<TcpComm> {
-        let comm = |ring| TcpComm { rank, world, timeout, ring: Mutex::new(ring), broken: Mutex::new(None) };
+        let comm = |ring, links| TcpComm {
+            rank,
+            world,
+            timeout,
+            ring: Mutex::new(ring),
+            broken: Mutex::new(None),
+            links,
+            own: Mutex::new(VecDeque::new()),
+        };
         if world <= 1 {
-            return Ok(comm(None));
+            return Ok(comm(None, Vec::new()));
         }
         let leader = leader.to_socket_addrs()?.next().ok_or(ErrorKind::AddrNotAvailable)?;
         // Ranks start minutes apart (each loads its model): joining waits longer than any collective.
         let setup = Duration::from_secs(600).max(timeout.unwrap_or_default());
         let table = if rank == 0 { lead(world, leader, setup)? } else { enrol(rank, leader, setup)? };
-        let (mine, next) = (table.listener, table.addrs[(rank + 1) % world]);
+        let (mine, addrs) = (table.listener, table.addrs);
         // Connect forward and accept from behind at once: every rank does both, so no order can deadlock.
-        let accept = std::thread::spawn(move || mine.accept().map(|(s, _)| s));
-        let next = connect(next, setup)?;
-        let prev = accept.join().map_err(|_| std::io::Error::other("accepting the ring"))??;
+        let accept = std::thread::spawn(move || accept_peers(mine, rank, world, setup));
+        let next = connect(addrs[(rank + 1) % world], setup)?;
+        hello(&next, RING, rank)?;
+        let mut peers: Vec<Option<TcpStream>> = (0..world).map(|_| None).collect();
+        // Point-to-point links: each rank connects to every higher rank and accepts the lower ones.
+        for (q, &at) in addrs.iter().enumerate().skip(rank + 1) {
+            let s = connect(at, setup)?;
+            hello(&s, P2P, rank)?;
+            peers[q] = Some(s);
+        }
+        let (prev, lower) = accept.join().map_err(|_| std::io::Error::other("accepting the ring"))??;
+        for (q, s) in lower {
+            peers[q] = Some(s);
+        }
+        let mut links = Vec::with_capacity(world);
+        for p in peers {
+            links.push(match p {
+                Some(s) => {
+                    s.set_nodelay(true)?;
+                    let inp = Mutex::new(BufReader::new(s.try_clone()?));
+                    Some(Link { out: Mutex::new(BufWriter::new(s)), inp })
+                }
+                None => None,
+            });
+        }
         for s in [&next, &prev] {
             s.set_nodelay(true)?;
         }
-        Ok(comm(Some(Ring { next: BufWriter::new(next), prev: BufReader::new(prev) })))
+        Ok(comm(Some(Ring { next: BufWriter::new(next), prev: BufReader::new(prev) }), links))
+    }
+
+    /// One point-to-point exchange: the send runs on its own thread while this one receives.
+    fn exchange(&self, send: Option<(&[f32], usize)>, from: Option<usize>) -> Result<Option<Vec<f32>>, CommError> {
+        if let Some(e) = self.broken.lock().expect("not poisoned").clone() {
+            return Err(e);
+        }
+        let send = match send {
+            Some((buf, to)) if to == self.rank => {
+                self.own.lock().expect("not poisoned").push_back(buf.to_vec());
+                None
+            }
+            s => s,
+        };
+        let result = std::thread::scope(|sc| {
+            let sending = send.map(|(buf, to)| sc.spawn(move || self.write_to(to, buf)));
+            let got = match from {
+                None => Ok(None),
+                Some(f) if f == self.rank => match self.own.lock().expect("not poisoned").pop_front() {
+                    Some(m) => Ok(Some(m)),
+                    None => Err(CommError::OpMismatch {
+                        detail: format!("rank {f} receives from itself, but sent itself nothing"),
+                    }),
+                },
+                Some(f) => self.read_from(f).map(Some),
+            };
+            let sent = sending.map_or(Ok(()), |h| h.join().unwrap_or(Err(gone(self.rank))));
+            sent.and(got)
+        });
+        if let Err(e) = &result
+            && !matches!(e, CommError::OpMismatch { .. })
+        {
+            // A wire error leaves a link mid-message: no later message can be trusted.
+            *self.broken.lock().expect("not poisoned") = Some(e.clone());
+        }
+        result
+    }
+
+    fn link(&self, peer: usize) -> &Link {
+        self.links[peer].as_ref().expect("every other rank has a link")
+    }
+
+    fn write_to(&self, to: usize, buf: &[f32]) -> Result<(), CommError> {
+        let mut w = self.link(to).out.lock().expect("not poisoned");
+        w.get_ref().set_write_timeout(self.timeout).map_err(|_| gone(to))?;
+        let msg: Vec<u8> = buf.iter().flat_map(|f| f.to_le_bytes()).collect();
+        send(&mut w, &msg).map_err(|e| match e {
+            CommError::PeerGone { .. } => gone(to),
+            e => e,
+        })
+    }
+
+    fn read_from(&self, from: usize) -> Result<Vec<f32>, CommError> {
+        let mut r = self.link(from).inp.lock().expect("not poisoned");
+        r.get_ref().set_read_timeout(self.timeout).map_err(|_| gone(from))?;
+        let msg = recv(&mut r, self.timeout).map_err(|e| match e {
+            CommError::PeerGone { .. } => gone(from),
+            e => e,
+        })?;
+        Ok(msg.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
     }
 
     /// Runs one collective: every rank's contribution goes once around the ring; each rank combines all of them.
@@ -144,6 +244,51 @@ fn enrol(rank: usize, leader: SocketAddr, setup: Duration) -> std::io::Result<Ta
     Ok(Table { listener, addrs: addrs? })
 }
 
+/// The first bytes on a ring or point-to-point connection: which it is, and the rank that opened it.
+const RING: u8 = 0;
+const P2P: u8 = 1;
+
+fn hello(mut s: &TcpStream, kind: u8, rank: usize) -> std::io::Result<()> {
+    let mut b = vec![kind];
+    b.extend((rank as u64).to_le_bytes());
+    s.write_all(&b)
+}
+
+/// Accepts the ring from behind and a point-to-point link from each lower rank, within `setup`.
+fn accept_peers(
+    l: TcpListener,
+    rank: usize,
+    world: usize,
+    setup: Duration,
+) -> std::io::Result<(TcpStream, Vec<(usize, TcpStream)>)> {
+    let (until, mut prev, mut lower) = (Instant::now() + setup, None, Vec::new());
+    l.set_nonblocking(true)?;
+    while prev.is_none() || lower.len() < rank {
+        match l.accept() {
+            Ok((mut s, _)) => {
+                s.set_nonblocking(false)?;
+                let mut b = [0u8; 9];
+                s.read_exact(&mut b)?;
+                let from = u64::from_le_bytes(b[1..].try_into().expect("8 bytes")) as usize;
+                match b[0] {
+                    RING if from == (rank + world - 1) % world && prev.is_none() => prev = Some(s),
+                    P2P if from < rank && lower.iter().all(|(q, _)| *q != from) => lower.push((from, s)),
+                    k => {
+                        return Err(std::io::Error::other(format!(
+                            "unexpected connection (kind {k}) from rank {from}"
+                        )));
+                    }
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((prev.expect("accepted"), lower))
+}
+
 struct Table {
     listener: TcpListener,
     addrs: Vec<SocketAddr>,
@@ -229,5 +374,9 @@ impl Rounds for TcpComm {
 
     fn round(&self, op: Op, data: Payload, timeout: Option<Duration>) -> Result<Payload, CommError> {
         self.collective(op, data, timeout)
+    }
+
+    fn p2p(&self, send: Option<(&[f32], usize)>, from: Option<usize>) -> Result<Option<Vec<f32>>, CommError> {
+        self.exchange(send, from)
     }
 }

@@ -4,6 +4,9 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tf_collective::{Comm, CommError, TcpComm};
 
+#[path = "common/p2p.rs"]
+mod p2p;
+
 /// Rank r's values: their rank-order sum is not their sum in any other order.
 fn values(r: usize) -> Vec<f32> {
     [vec![1.0e8, 3.0, -7.5], vec![1.0, 0.25, 7.5], vec![-1.0e8, 1.0e-3, 1.0e7]][r % 3].clone()
@@ -28,6 +31,7 @@ fn scenario(c: &TcpComm) {
     let e = if r == 0 { c.barrier() } else { c.all_gather(&[1.0], &mut vec![0.0; w]) };
     assert!(matches!(e, Err(CommError::OpMismatch { .. })), "rank {r}: {e:?}");
     c.barrier().expect("a mismatch leaves the group usable");
+    p2p::scenario(c);
 }
 
 fn child(scenario_name: &str, rank: usize, world: usize, addr: &str) -> Child {
@@ -56,6 +60,7 @@ fn child_process_entry() {
     match which.as_str() {
         "all" => scenario(&c),
         "die" => c.barrier().unwrap(),
+        "send-die" => c.send(&[5.0, 6.0], 0).unwrap(),
         "hang" => {
             c.barrier().unwrap();
             std::thread::sleep(Duration::from_secs(60));
@@ -98,9 +103,36 @@ fn a_killed_peer_fails_the_next_collective_at_once_and_a_hung_one_at_the_deadlin
 }
 
 #[test]
+fn a_message_from_a_peer_that_then_died_arrives_and_a_silent_peer_times_out() {
+    for which in ["send-die", "hang"] {
+        let addr = free_addr();
+        let mut kid = child(which, 1, 2, &addr);
+        let c = TcpComm::join(0, 2, addr.as_str(), Some(Duration::from_millis(700))).unwrap();
+        let mut b = [0.0; 2];
+        if which == "send-die" {
+            kid.wait().unwrap();
+            c.recv(&mut b, 1).unwrap();
+            assert_eq!(b, [5.0, 6.0]);
+        } else {
+            c.barrier().unwrap();
+        }
+        let t = Instant::now();
+        let e = c.recv(&mut b, 1);
+        let took = t.elapsed();
+        let _ = kid.kill();
+        kid.wait().unwrap();
+        let want = if which == "send-die" { "PeerGone { rank: 1 }" } else { "Timeout" };
+        assert!(format!("{e:?}").contains(want), "{which}: {e:?}");
+        assert!(took < Duration::from_secs(3), "{which}: took {took:?}");
+        assert!(c.send(&[1.0], 1).is_err(), "{which}: the group stays broken");
+    }
+}
+
+#[test]
 fn a_group_of_one_needs_no_sockets() {
     let c = TcpComm::join(0, 1, "127.0.0.1:9", None).unwrap();
     let mut v = vec![2.5];
     c.all_reduce_sum(&mut v).unwrap();
     assert_eq!(v, [2.5]);
+    p2p::scenario(&c);
 }

@@ -1,5 +1,6 @@
 mod all_reduce;
 mod failures;
 mod harness;
+mod p2p;
 mod profile;
 mod shapes;

@@ -38,3 +38,34 @@ fn every_collective_is_recorded_in_order_on_every_rank() {
     assert_eq!(gather.split_whitespace().take(3).collect::<Vec<_>>(), ["all_gather", "1", "24"], "{s}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn messages_are_recorded_apart_and_collectives_still_line_up() {
+    let dir = std::env::temp_dir().join(format!("tf-profile-p2p-{}", std::process::id()));
+    let d = dir.clone();
+    run_ranks(InProcessComm::group(2), move |comm| {
+        let p = Profiled::new(Box::new(comm), &d).unwrap();
+        // Only rank 0 sends, so the ranks' record sequences differ in length before the barrier.
+        if p.rank() == 0 {
+            p.send(&[1.0, 2.0], 1).unwrap();
+            p.send(&[3.0], 1).unwrap();
+        } else {
+            let (mut a, mut b) = ([0.0; 2], [0.0; 1]);
+            p.recv(&mut a, 0).unwrap();
+            p.recv(&mut b, 0).unwrap();
+            assert_eq!((a, b), ([1.0, 2.0], [3.0]));
+        }
+        let mut got = [0.0];
+        p.send_recv(&[p.rank() as f32], 1 - p.rank(), &mut got, 1 - p.rank()).unwrap();
+        p.barrier().unwrap();
+    });
+    let ranks = read_dir(&dir).unwrap();
+    let s = summarize(&ranks);
+    let row = |op: &str| s.lines().find(|l| l.starts_with(op)).unwrap().split_whitespace().take(3).collect::<Vec<_>>();
+    assert_eq!(row("send "), ["send", "2", "12"], "{s}");
+    assert_eq!(row("recv"), ["recv", "2", "0"], "{s}");
+    assert_eq!(row("send_recv"), ["send_recv", "2", "8"], "{s}");
+    let barrier = s.lines().find(|l| l.starts_with("barrier")).unwrap();
+    assert_ne!(barrier.split_whitespace().nth(4), Some("-"), "the barrier is matched across ranks: {s}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

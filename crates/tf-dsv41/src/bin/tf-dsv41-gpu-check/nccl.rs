@@ -33,6 +33,11 @@ fn collectives(c: &dyn Comm) -> Vec<String> {
     let mismatch = c.all_gather(&[1.0, 2.0], &mut [0.0; 3]);
     out.push(format!("mismatch is LengthMismatch: {}", matches!(mismatch, Err(CommError::LengthMismatch { .. }))));
     out.push(format!("barrier after it: {:?}", c.barrier()));
+    let (r, w) = (c.rank(), c.world_size());
+    let mut got = vec![0.0f32; 2];
+    out.push(format!("{:?} {got:?}", c.send_recv(&[r as f32, 0.5], (r + 1) % w, &mut got, (r + w - 1) % w)));
+    out.push(format!("{:?}", c.send_recv(&[1.0], (r + 1) % w, &mut got, (r + w - 1) % w)));
+    out.push(format!("{:?}", c.send(&[1.0], w)));
     out
 }
 
@@ -126,6 +131,17 @@ pub fn check_group(world: usize, rank: usize, addr: &str, report: &mut Report) -
         "",
         mismatch && usable,
     );
+    // A ring shift each way, then pairs with rank 0 in turn: NCCL's grouped send and receive between processes.
+    let (right, left) = ((rank + 1) % world, (rank + world - 1) % world);
+    let mut got = vec![0.0f32; 3];
+    let shift = comm.send_recv(&mine(rank), right, &mut got, left).is_ok() && got == mine(left);
+    let back = comm.send_recv(&mine(rank), left, &mut got, right).is_ok() && got == mine(right);
+    let pairs = (1..world).all(|q| match rank {
+        0 => comm.send(&mine(q), q).is_ok() && comm.recv(&mut got, q).is_ok() && got == mine(q + world),
+        r if r == q => comm.recv(&mut got, 0).is_ok() && got == mine(q) && comm.send(&mine(q + world), 0).is_ok(),
+        _ => true,
+    });
+    report.row("nccl group", format!("rank {rank}: ring shifts and pairs by send/recv"), "", shift && back && pairs);
     for mb in [1usize, 16, 64] {
         let n = mb << 18;
         let (send, mut recv) = (vec![1.0f32; n], vec![0.0f32; n * world]);
