@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: tf serve with GPU tensor-parallel ranks (default split) answers as one GPU does; a killed rank makes the leader exit 70.
 # Build here with `TF_CARRY="checks serve" TF_CARRY_XZ=1 bash scripts/gpu-build.sh`; logs go to $OUT. The default (gate) model.
-# Processes over TCP on GPUs TF_GPU0 and TF_GPU1 (both 0 by default: two ranks share one GPU); threads (`--tp 2 --device cuda`) where 2 GPUs exist.
+# Processes over TCP on GPUs TF_GPU0 and TF_GPU1 (both 0 by default: two ranks share one GPU), NCCL as a group of one; threads and NCCL processes where 2 GPUs exist.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/gpu-tp-serve-out}"
@@ -61,11 +61,23 @@ wait "$rank0"
 code=$?
 [[ $code == 70 ]]
 verdict $? "a killed GPU rank makes the leader exit 70 (it exited $code)"
+# NCCL allows one rank per GPU: a group of one here, two processes where two GPUs exist.
+gpu-carry/tf serve --tp 1 --tp-addr 127.0.0.1:29611 --tp-transport nccl --device cuda:0 --port 8103 >"$out/nccl1.log" 2>&1 &
+pids+=($!)
+healthy 8103 || exit 1
+same 8103 nccl1 "a group of one over NCCL"
 if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   gpu-carry/tf serve --tp 2 --device cuda --port 8102 >"$out/tp2-threads.log" 2>&1 &
   pids+=($!)
   healthy 8102 || exit 1
   same 8102 tp2-threads "TP2 GPU ranks as threads on GPUs 0 and 1"
+  nccl=(--tp 2 --tp-addr 127.0.0.1:29612 --tp-transport nccl)
+  gpu-carry/tf serve "${nccl[@]}" --tp-rank 1 --device cuda:1 >"$out/nccl2-rank1.log" 2>&1 &
+  pids+=($!)
+  gpu-carry/tf serve "${nccl[@]}" --tp-rank 0 --device cuda:0 --port 8104 >"$out/nccl2-rank0.log" 2>&1 &
+  pids+=($!)
+  healthy 8104 || exit 1
+  same 8104 nccl2 "TP2 GPU ranks as processes over NCCL"
 fi
 echo "gpu-tp-serve: exited $rc; logs in $out"
 exit "$rc"

@@ -122,6 +122,15 @@ pub enum TpSplitArg {
     Experts,
 }
 
+/// How `--tp-addr` ranks talk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TpTransportArg {
+    /// A TCP ring, plus a link to each peer for messages (any device)
+    Tcp,
+    /// NCCL, one GPU per process (--device cuda:N); rank 0's id travels over TCP at the address first
+    Nccl,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AdmissionArg {
     Fifo,
@@ -166,6 +175,9 @@ pub struct ServeArgs {
     /// This process's rank with --tp-addr: 0 serves HTTP, the others follow it (default 0)
     #[arg(long, value_name = "R", default_value_t = 0)]
     pub tp_rank: u16,
+    /// What --tp-addr ranks talk over
+    #[arg(long, value_enum, default_value = "tcp")]
+    pub tp_transport: TpTransportArg,
     /// What --tp splits: experts, attention heads, vocabulary and Engram rows, or experts alone
     #[arg(long, value_enum, default_value = "heads")]
     pub tp_split: TpSplitArg,
@@ -284,6 +296,11 @@ impl ServeArgs {
                 "--tp runs without --cuda-graphs and --exl3-prompt gemm for now (GPU ranks gather through the host)",
             ));
         }
+        if self.tp_transport == TpTransportArg::Nccl && (cpu || self.tp_addr.is_none()) {
+            return Err(crate::Error::Usage(
+                "--tp-transport nccl needs --tp-addr and --device cuda:N (ranks as processes, one GPU each)",
+            ));
+        }
         if self.cuda_graphs && cpu {
             return Err(crate::Error::Usage("--cuda-graphs needs --device cuda"));
         }
@@ -326,6 +343,7 @@ impl ServeArgs {
             tp_sp_rows: self.tp_sp_rows,
             tp_addr: self.tp_addr,
             tp_rank: usize::from(self.tp_rank),
+            tp_nccl: self.tp_transport == TpTransportArg::Nccl,
         })
     }
 }

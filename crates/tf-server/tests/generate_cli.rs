@@ -110,6 +110,14 @@ fn usage_errors_exit_2() {
             "--exl3-prompt-min-rows needs --exl3-prompt gemm",
         ),
         (&["serve", "--exl3-prompt", "gemm", "--exl3-prompt-min-rows", "1"][..], "must be at least 2"),
+        (
+            &["serve", "--tp", "2", "--tp-addr", "127.0.0.1:9", "--tp-transport", "nccl"][..],
+            "--tp-transport nccl needs --tp-addr and --device cuda:N",
+        ),
+        (
+            &["serve", "--tp", "2", "--tp-transport", "nccl", "--device", "cuda"][..],
+            "--tp-transport nccl needs --tp-addr",
+        ),
     ] {
         let out = tf(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

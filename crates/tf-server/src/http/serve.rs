@@ -47,6 +47,8 @@ pub struct ServeConfig {
     pub tp_addr: Option<String>,
     /// `--tp-rank R`: this process's rank with `--tp-addr`; rank 0 serves HTTP, the others follow it.
     pub tp_rank: usize,
+    /// `--tp-transport nccl`: `tp_addr` ranks talk over NCCL (one GPU each) instead of TCP.
+    pub tp_nccl: bool,
 }
 
 impl ServeConfig {
@@ -116,6 +118,7 @@ impl Default for ServeConfig {
             tp_sp_rows: tf_dsv41::SP_ROWS,
             tp_deadline_ms: 30_000,
             tp_addr: None,
+            tp_nccl: false,
             tp_rank: 0,
         }
     }
@@ -203,7 +206,8 @@ pub async fn serve_on(listener: tokio::net::TcpListener, cfg: ServeConfig) -> st
     tokio::task::spawn_blocking(move || {
         let loaded = model_dir(cfg.model_dir.as_deref()).and_then(|dir| {
             let opts = cfg.model_options();
-            if cfg.tp > 1 {
+            // A group of one over --tp-addr runs the tensor-parallel path too (NCCL's one-GPU check).
+            if cfg.tp > 1 || cfg.tp_addr.is_some() {
                 return super::tp::load_leader(&dir, &cfg, opts);
             }
             load_engine(&dir, cfg.limits, opts, cfg.device, cfg.cuda_graphs)

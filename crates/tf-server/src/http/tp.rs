@@ -1,4 +1,4 @@
-//! `tf serve --tp N`: ranks as threads of this process, or as processes meeting over TCP (`--tp-addr`, `--tp-rank`).
+//! `tf serve --tp N`: ranks as threads of this process, or as processes meeting over TCP or NCCL (`--tp-addr`, `--tp-rank`, `--tp-transport`).
 
 use super::Engine;
 use super::serve::{Device, ServeConfig, model_dir};
@@ -8,13 +8,30 @@ use crate::tokenizer::Tokenizer;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tf_collective::TcpComm;
+use tf_collective::{Comm, NcclComm, TcpComm};
 use tf_dsv41::Model;
 use tf_dsv41::cuda::GpuModel;
 use tf_dsv41::tp::lockstep::{Leader, Rank};
 
 fn deadline(cfg: &ServeConfig) -> Duration {
     Duration::from_millis(cfg.tp_deadline_ms)
+}
+
+/// This process's rank of a `--tp-addr` group, over TCP or (`--tp-transport nccl`) NCCL on its GPU.
+fn join(cfg: &ServeConfig, rank: usize, addr: &str) -> Result<Box<dyn Comm>, Error> {
+    let failed = |e: String| Error::Tp(format!("rank {rank} of {} at {addr}: {e}", cfg.tp));
+    let comm: Box<dyn Comm> = match (cfg.tp_nccl, cfg.device) {
+        (true, Device::Cuda(gpu)) => {
+            Box::new(NcclComm::join(gpu, rank, cfg.tp, addr, Some(deadline(cfg))).map_err(failed)?)
+        }
+        (true, Device::Cpu) => return Err(failed("NCCL needs --device cuda:N".into())),
+        (false, _) => {
+            Box::new(TcpComm::join(rank, cfg.tp, addr, Some(deadline(cfg))).map_err(|e| failed(e.to_string()))?)
+        }
+    };
+    let over = if cfg.tp_nccl { "NCCL" } else { "TCP" };
+    tracing::info!(rank, world = cfg.tp, %addr, over, "tensor-parallel group joined");
+    Ok(comm)
 }
 
 /// Rank 0's engine: threads for every rank (rank r on GPU base + r with `--device cuda:base`), or this process's rank of a TCP group on its own `--device`; a lost group exits 70.
@@ -47,11 +64,9 @@ fn lead<F: Rank + Send + 'static>(
             leader
         }
         Some(addr) => {
-            let comm = TcpComm::join(0, cfg.tp, addr.as_str(), Some(deadline(cfg)))
-                .map_err(|e| Error::Tp(format!("rank 0 of {} at {addr}: {e}", cfg.tp)))?;
-            tracing::info!(world = cfg.tp, %addr, "tensor-parallel group joined over TCP");
-            tf_dsv41::tp::same_everywhere(dir, &opts, &comm)?;
-            let (model, comm) = tf_dsv41::tp::load_rank(dir, opts, Box::new(comm))?;
+            let comm = join(cfg, 0, addr)?;
+            tf_dsv41::tp::same_everywhere(dir, &opts, &*comm)?;
+            let (model, comm) = tf_dsv41::tp::load_rank(dir, opts, comm)?;
             Leader::new(place(0, model)?, comm)
         }
     };
@@ -59,15 +74,14 @@ fn lead<F: Rank + Send + 'static>(
     Ok(Engine { host: LaneHost::spawn(leader, cfg.limits), tok: Arc::new(tok), bos })
 }
 
-/// A follower process (`--tp-rank` above 0): joins rank 0 over TCP and runs its frames (on its own `--device`) until it stops; a lost group exits 70.
+/// A follower process (`--tp-rank` above 0): joins rank 0 over TCP or NCCL and runs its frames (on its own `--device`) until it stops; a lost group exits 70.
 pub fn follow(cfg: &ServeConfig) -> Result<(), Error> {
     let addr = cfg.tp_addr.as_deref().ok_or_else(|| Error::Tp("--tp-rank above 0 needs --tp-addr".into()))?;
     let dir = model_dir(cfg.model_dir.as_deref())?;
     let opts = cfg.model_options();
-    let comm = TcpComm::join(cfg.tp_rank, cfg.tp, addr, Some(deadline(cfg)))
-        .map_err(|e| Error::Tp(format!("rank {} of {} joining {addr}: {e}", cfg.tp_rank, cfg.tp)))?;
-    tf_dsv41::tp::same_everywhere(&dir, &opts, &comm)?;
-    let (model, comm) = tf_dsv41::tp::load_rank(&dir, opts, Box::new(comm))?;
+    let comm = join(cfg, cfg.tp_rank, addr)?;
+    tf_dsv41::tp::same_everywhere(&dir, &opts, &*comm)?;
+    let (model, comm) = tf_dsv41::tp::load_rank(&dir, opts, comm)?;
     tracing::info!(rank = cfg.tp_rank, world = cfg.tp, "following rank 0");
     let followed = match cfg.device {
         Device::Cpu => tf_dsv41::tp::lockstep::follow(&model, &comm),
