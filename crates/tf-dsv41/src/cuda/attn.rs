@@ -5,9 +5,16 @@ use super::layer::GAttn;
 use super::model::{Call, GpuModel, Shared};
 use super::ops::{self, Io, KeyRows, KeySource, key_id};
 use super::weights::{Acts, Buf};
-use crate::config::{AttnMode, LayerRole};
+use crate::config::{AttnMode, LayerRole, RopeKind};
 use tf_core::formats::Fp4Scale;
 use tf_cuda::Error;
+
+/// One lane's share of an attention call: its rows' context, its caches, and the selections it hands to later layers.
+pub(crate) struct LaneAttn<'a> {
+    call: &'a Call,
+    lane: &'a mut GpuLane,
+    shared: &'a mut Shared,
+}
 
 impl GpuModel {
     /// RMSNorm of `rows` bf16 rows of `dim` into a new buffer.
@@ -30,12 +37,10 @@ impl GpuModel {
         if role.is_dspark {
             return self.draft_attention(a, x, call, &lane.windows[role.layer]);
         }
-        let front = self.phase("attn: q, kv", || self.attn_front(a, x, call.rows))?;
-        let o = self.attn_core(a, role, x, front, call, lane, shared)?;
-        self.attn_output(a, o.as_ref(), call.rows)
+        self.attend_lanes(a, role, x, &mut [LaneAttn { call, lane, shared }])
     }
 
-    /// [`GpuModel::attention`] of several lanes' rows (in order in `x`): projections once over every row, the rest per lane.
+    /// [`GpuModel::attention`] of several lanes' rows (in order in `x`): every row-wise op once over all rows, the rest per lane.
     pub(crate) fn attention_lanes(
         &self,
         a: &GAttn,
@@ -47,31 +52,85 @@ impl GpuModel {
             let what = "DSpark stages draft one lane at a time".into();
             return Err(Error::Launch { op: "attention of several lanes", what });
         }
+        let mut lanes: Vec<LaneAttn<'_>> =
+            parts.iter_mut().map(|p| LaneAttn { call: &p.ctx, lane: &mut *p.lane, shared: &mut p.shared }).collect();
+        self.attend_lanes(a, role, x, &mut lanes)
+    }
+
+    /// Every lane's RoPE tables of `kind`, one after another: a lone lane's own, or uploaded once per step on the first lane.
+    fn lane_tables<'c>(&self, first: &'c Call, spans: &[(usize, usize)], kind: RopeKind) -> Result<&'c Buf, Error> {
+        if spans.len() == 1 {
+            return Ok(first.cs(kind));
+        }
+        if first.lanes_cs.get().is_none() {
+            let positions: Vec<usize> = spans.iter().flat_map(|&(p, r)| p..p + r).collect();
+            let table = |k| self.gpu.upload(&ops::rope_table(self.rope(k), &positions));
+            let _ = first.lanes_cs.set((spans.to_vec(), [table(RopeKind::Plain)?, table(RopeKind::Yarn)?]));
+        }
+        let (kept, t) = first.lanes_cs.get().expect("set above");
+        if kept != spans {
+            let what = format!("the step's lanes changed between layers: {kept:?} then {spans:?}");
+            return Err(Error::Launch { op: "attention of several lanes", what });
+        }
+        Ok(match kind {
+            RopeKind::Plain => &t[0],
+            RopeKind::Yarn => &t[1],
+        })
+    }
+
+    /// Lanes' rows one after another in `x`: row-wise ops once over all rows, caches per lane; every lane gets its bits alone.
+    fn attend_lanes(&self, a: &GAttn, role: &LayerRole, x: &Buf, lanes: &mut [LaneAttn<'_>]) -> Result<Buf, Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
-        let rows: usize = parts.iter().map(|p| p.rows).sum();
-        let (qr, q, kv) = self.phase("attn: q, kv", || self.attn_front(a, x, rows))?;
-        let (d, heads) = (cfg.head_dim, a.heads);
-        let widths = [cfg.dim * 2, cfg.q_lora_rank * 2, heads * d * 2, d * 2];
+        let (heads, d, rd, w) = (a.heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
+        let spans: Vec<(usize, usize)> = lanes.iter().map(|l| (l.call.pos0, l.call.rows)).collect();
+        let rows: usize = spans.iter().map(|s| s.1).sum();
+        let (qr, mut q, mut kv) = self.phase("attn: q, kv", || self.attn_front(a, x, rows))?;
+        let cs = self.lane_tables(lanes[0].call, &spans, role.rope)?;
+        self.phase("attn: rope", || {
+            if let Some(q) = q.as_mut() {
+                ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
+            }
+            ops::rope(gpu, &mut kv.view_mut(), &cs.view(), (rows, 1, d, rd), false)?;
+            ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)
+        })?;
+        let ix = match role.mode != AttnMode::Swa && role.is_index_source {
+            true => Some(self.phase("attn: compress, index", || self.index_rows(a, x, &qr, cs, rows))?),
+            false => None,
+        };
         let mut o = match heads {
             0 => None,
             _ => Some(gpu.pool().take(rows * heads * d * 2)?),
         };
+        let (empty, whole, ow) = (gpu.pool().take(2)?, lanes.len() == 1, heads * d * 2);
         let mut at = 0;
-        for p in parts.iter_mut() {
-            // This lane's rows of each projection, copied out on the device.
-            let part = |b: &Buf, w: usize| -> Result<Buf, Error> {
-                let mut out = gpu.pool().take(p.rows * w)?;
-                super::lane::copy(gpu, b, at * w, &mut out, 0, p.rows * w)?;
-                Ok(out)
-            };
-            let xl = part(x, widths[0])?;
-            let front =
-                (part(&qr, widths[1])?, q.as_ref().map(|q| part(q, widths[2])).transpose()?, part(&kv, widths[3])?);
-            let ol = self.attn_core(a, role, &xl, front, &p.ctx, p.lane, &mut p.shared)?;
-            if let (Some(ol), Some(o)) = (ol, o.as_mut()) {
-                super::lane::copy(gpu, &ol, 0, o, at * widths[2], p.rows * widths[2])?;
+        for l in lanes.iter_mut() {
+            let r = l.call.rows;
+            let kc = kv.view().slice(at * d * 2..(at + r) * d * 2);
+            let sel =
+                self.phase("attn: compress, index", || self.selection(a, role, (x, whole), ix.as_ref(), at, l))?;
+            let sel = sel.map(|k| l.shared.sel[&k].view());
+            let owner = role.kv_owner.unwrap_or(role.layer);
+            let window = l.call.window(l.lane.window_floor[role.layer]).view();
+            let latents = l.lane.compressed[owner].as_ref().map_or(&empty, |c| &c.latents).view();
+            let ring = l.lane.windows[role.layer].view();
+            let keys = KeyRows { chunk: &kc, ring: &ring, latents: &latents };
+            let s = if sel.is_some() { cfg.index_topk } else { 0 };
+            if let (Some(q), Some(o)) = (q.as_ref(), o.as_mut()) {
+                let (ql, mut ol) =
+                    (q.view().slice(at * ow..(at + r) * ow), o.dev_mut().slice_mut(at * ow..(at + r) * ow));
+                let (sink, scale) = (a.sink.view(), (d as f32).powf(-0.5));
+                self.phase("attn: sparse_attn", || {
+                    ops::sparse_attn(gpu, &ql, &keys, &window, sel.as_ref(), &sink, &mut ol, (r, heads, d, w, s), scale)
+                })?;
             }
-            at += p.rows;
+            let ring = &mut l.lane.windows[role.layer];
+            ops::scatter_rows(gpu, &kc, &mut ring.view_mut(), &l.call.slots.view(), (r, d * 2, w))?;
+            at += r;
+        }
+        if let Some(o) = o.as_mut() {
+            self.phase("attn: sparse_attn", || {
+                ops::rope(gpu, &mut o.view_mut(), &cs.view(), (rows, heads, d, rd), true)
+            })?;
         }
         self.attn_output(a, o.as_ref(), rows)
     }
@@ -90,46 +149,16 @@ impl GpuModel {
         Ok((qr, q, kv))
     }
 
-    /// One lane's attention after the front: RoPE, compressor and indexer, sparse attention, the window write; `o` before `wo_a`.
-    #[allow(clippy::too_many_arguments)]
-    fn attn_core(
-        &self,
-        a: &GAttn,
-        role: &LayerRole,
-        x: &Buf,
-        (qr, mut q, mut kv): (Buf, Option<Buf>, Buf),
-        call: &Call,
-        lane: &mut GpuLane,
-        shared: &mut Shared,
-    ) -> Result<Option<Buf>, Error> {
-        let (gpu, cfg, rows) = (self.gpu, self.cfg(), call.rows);
-        let (heads, d, rd, w) = (a.heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
-        let cs = call.cs(role.rope);
-        self.phase("attn: rope", || {
-            if let Some(q) = q.as_mut() {
-                ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
-            }
-            ops::rope(gpu, &mut kv.view_mut(), &cs.view(), (rows, 1, d, rd), false)?;
-            ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)
-        })?;
-        let sel = self.phase("attn: compress, index", || self.selection(a, role, x, &qr, call, lane, shared))?;
-        let sel = sel.map(|k| &shared.sel[&k]);
-        let owner = role.kv_owner.unwrap_or(role.layer);
-        let window = call.window(lane.window_floor[role.layer]);
-        let empty = gpu.pool().take(2)?;
-        let latents = lane.compressed[owner].as_ref().map_or(&empty, |c| &c.latents);
-        let (kc, kr, kl) = (kv.view(), lane.windows[role.layer].view(), latents.view());
-        let keys = KeyRows { chunk: &kc, ring: &kr, latents: &kl };
-        let s = if sel.is_some() { cfg.index_topk } else { 0 };
-        let o = match &q {
-            Some(q) => {
-                Some(self.phase("attn: sparse_attn", || self.attend(a, q, &keys, (window, sel), cs, (rows, s)))?)
-            }
-            None => None,
-        };
-        let ring = &mut lane.windows[role.layer];
-        ops::scatter_rows(gpu, &kv.view(), &mut ring.view_mut(), &call.slots.view(), (rows, d * 2, w))?;
-        Ok(o)
+    /// The indexer's row-wise inputs of every row: its query (RoPE'd, FP4-rounded) and its per-head weights.
+    fn index_rows(&self, a: &GAttn, x: &Buf, qr: &Buf, cs: &Buf, rows: usize) -> Result<(Buf, Buf), Error> {
+        let (gpu, cfg) = (self.gpu, self.cfg());
+        let ix = a.indexer.as_ref().expect("index sources have an indexer");
+        let (heads, hd, rd) = (cfg.index_n_heads, cfg.index_head_dim, cfg.rope_head_dim);
+        let mut q = ix.wq_b.forward(gpu, &Acts::new(qr, rows, cfg.q_lora_rank))?;
+        ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, hd, rd), false)?;
+        ops::qdq_fp4(gpu, &mut q.view_mut(), rows * heads * hd, 32, Fp4Scale::E8m0)?;
+        let wts = ix.weights_proj.forward(gpu, x, Io::Bf16, Io::Bf16, rows, 1)?;
+        Ok((q, wts))
     }
 
     /// `sparse_attn` of `q` over each row's key list (`window` ids, then `sel`'s `s` ids), un-RoPE'd: bf16 `[rows, heads, d]`.
@@ -163,84 +192,88 @@ impl GpuModel {
         Ok(o)
     }
 
-    /// The layer whose selection (`[rows, index_topk]` key ids in `shared.sel`) this layer uses; `None` for window-only layers.
-    #[allow(clippy::too_many_arguments)]
+    /// The layer whose selection (key ids in `shared.sel`) this lane uses, `None` for window-only layers; its rows start at `at`.
     fn selection(
         &self,
         a: &GAttn,
         role: &LayerRole,
-        x: &Buf,
-        qr: &Buf,
-        call: &Call,
-        lane: &mut GpuLane,
-        shared: &mut Shared,
+        (x, whole): (&Buf, bool),
+        ix: Option<&(Buf, Buf)>,
+        at: usize,
+        l: &mut LaneAttn<'_>,
     ) -> Result<Option<usize>, Error> {
         if role.mode == AttnMode::Swa {
             return Ok(None);
         }
+        let (call, rows) = (l.call, l.call.rows);
         let mut emitted = 0;
         if role.is_kv_source && call.run_compressor {
-            emitted = self.compress_rows(a, role, x, call.pos0, call.rows, lane)?;
+            let own;
+            let xl = match whole {
+                true => x,
+                false => {
+                    let w = self.cfg().dim * 2;
+                    let mut part = self.gpu.pool().take(rows * w)?;
+                    super::lane::copy(self.gpu, x, at * w, &mut part, 0, rows * w)?;
+                    own = part;
+                    &own
+                }
+            };
+            emitted = self.compress_rows(a, role, xl, call.pos0, rows, l.lane)?;
         }
         if !role.is_index_source {
             let owner = role.sel_owner.expect("compressed layers have a selection owner");
-            assert!(shared.sel.contains_key(&owner), "the selection owner runs earlier in the same forward");
+            assert!(l.shared.sel.contains_key(&owner), "the selection owner runs earlier in the same forward");
             return Ok(Some(owner));
         }
         let mut key_owner = role.kv_owner.expect("compressed layers have a KV owner");
         if role.is_kv_source && (emitted > 0 || !call.run_compressor) {
-            lane.last_key_publisher = Some(role.layer);
+            l.lane.last_key_publisher = Some(role.layer);
         } else if self.opts.quirks.stale_index_keys && role.is_kv_source {
-            key_owner = lane.last_key_publisher.unwrap_or(key_owner);
+            key_owner = l.lane.last_key_publisher.unwrap_or(key_owner);
         }
-        let sel = self.select(a, role, x, qr, call, lane, key_owner, shared)?;
-        shared.sel.insert(role.layer, sel);
+        let ix = ix.expect("index sources get their indexer inputs");
+        let sel = self.select(role, (ix, at), l, key_owner)?;
+        l.shared.sel.insert(role.layer, sel);
         Ok(Some(role.layer))
     }
 
-    /// The lightning indexer: scores against the key owner's index keys, candidates, top-k as latent key ids.
-    #[allow(clippy::too_many_arguments)]
+    /// The lightning indexer of one lane: scores against the key owner's index keys, candidates, top-k as latent key ids.
     fn select(
         &self,
-        a: &GAttn,
         role: &LayerRole,
-        x: &Buf,
-        qr: &Buf,
-        call: &Call,
-        lane: &GpuLane,
+        ((q, wts), at): (&(Buf, Buf), usize),
+        l: &mut LaneAttn<'_>,
         key_owner: usize,
-        shared: &mut Shared,
     ) -> Result<Buf, Error> {
-        let (gpu, cfg, rows) = (self.gpu, self.cfg(), call.rows);
-        let ix = a.indexer.as_ref().expect("index sources have an indexer");
-        let (heads, hd, rd, topk) = (cfg.index_n_heads, cfg.index_head_dim, cfg.rope_head_dim, cfg.index_topk);
+        let (gpu, cfg, call, rows) = (self.gpu, self.cfg(), l.call, l.call.rows);
+        let (heads, hd, topk) = (cfg.index_n_heads, cfg.index_head_dim, cfg.index_topk);
         let ratio = role.ratio;
         let cap = (call.pos0 + rows) / ratio;
         if cap == 0 {
             if role.is_candidate_source {
-                shared.candidates = Some((gpu.pool().take(1)?, ratio));
+                l.shared.candidates = Some((gpu.pool().take(1)?, ratio));
             }
             return gpu.upload(&vec![ops::KEY_NONE; rows * topk]);
         }
         let mut sel = gpu.pool().take(rows * topk * 4)?;
-        let mut q = ix.wq_b.forward(gpu, &Acts::new(qr, rows, cfg.q_lora_rank))?;
-        ops::rope(gpu, &mut q.view_mut(), &call.cs(role.rope).view(), (rows, heads, hd, rd), false)?;
-        ops::qdq_fp4(gpu, &mut q.view_mut(), rows * heads * hd, 32, Fp4Scale::E8m0)?;
-        let wts = ix.weights_proj.forward(gpu, x, Io::Bf16, Io::Bf16, rows, 1)?;
+        let (qw, ww) = (heads * hd * 2, heads * 2);
+        let (q, wts) = (q.view().slice(at * qw..(at + rows) * qw), wts.view().slice(at * ww..(at + rows) * ww));
         let c = ((hd as f64).powf(-0.5) * (heads as f64).powf(-0.5)) as f32;
-        let cache = lane.compressed[key_owner].as_ref().expect("key owner has a cache");
+        let cache = l.lane.compressed[key_owner].as_ref().expect("key owner has a cache");
         let keys = cache.index_k.as_ref().expect("key owners keep index keys");
         let mut scores = gpu.pool().take(rows * cap * 4)?;
         ops::index_scores(
             gpu,
-            &q.view(),
-            &wts.view(),
+            &q,
+            &wts,
             &keys.view(),
             &mut scores.view_mut(),
             (rows, heads, hd, cache.groups, cap),
             (call.pos0, ratio),
             c,
         )?;
+        let dims = (rows, cap, topk);
         if role.is_candidate_source {
             let mut mask = gpu.pool().take(rows * cap)?;
             let cands = ops::Candidates::Make {
@@ -248,20 +281,20 @@ impl GpuModel {
                 blocks: cfg.candidate_topk_blocks,
                 block: cfg.candidate_block_size,
             };
-            ops::index_select(gpu, &scores.view(), cands, &mut sel.view_mut(), (rows, cap, topk), (call.pos0, ratio))?;
-            shared.candidates = Some((mask, ratio));
+            ops::index_select(gpu, &scores.view(), cands, &mut sel.view_mut(), dims, (call.pos0, ratio))?;
+            l.shared.candidates = Some((mask, ratio));
         } else if role.uses_candidates {
             let (mask, src_ratio) =
-                shared.candidates.as_ref().expect("the candidate source runs earlier in the same forward");
+                l.shared.candidates.as_ref().expect("the candidate source runs earlier in the same forward");
             let cands = ops::Candidates::Use { mask: &mask.view(), ratio: *src_ratio };
-            ops::index_select(gpu, &scores.view(), cands, &mut sel.view_mut(), (rows, cap, topk), (call.pos0, ratio))?;
+            ops::index_select(gpu, &scores.view(), cands, &mut sel.view_mut(), dims, (call.pos0, ratio))?;
         } else {
             ops::index_select(
                 gpu,
                 &scores.view(),
                 ops::Candidates::None,
                 &mut sel.view_mut(),
-                (rows, cap, topk),
+                dims,
                 (call.pos0, ratio),
             )?;
         }

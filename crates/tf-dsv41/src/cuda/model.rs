@@ -54,7 +54,12 @@ pub struct Call {
     /// Window key ids per distinct window floor, and each row's ring slot (−1: not kept): the same for every layer.
     pub windows: Vec<(usize, Buf)>,
     pub slots: Buf,
+    /// The first lane of a shared step keeps every lane's (position, rows) and RoPE tables here, built once per step.
+    pub lanes_cs: std::cell::OnceCell<LaneTables>,
 }
+
+/// Every lane's (first position, rows) in a shared step, and their RoPE tables (plain, YaRN) one after another.
+pub type LaneTables = (Vec<(usize, usize)>, [Buf; 2]);
 
 impl Call {
     pub fn window(&self, floor: usize) -> &Buf {
@@ -240,6 +245,7 @@ impl GpuModel {
             run_compressor: true,
             windows,
             slots: self.gpu.upload(&slots)?,
+            lanes_cs: std::cell::OnceCell::new(),
         })
     }
 
