@@ -139,7 +139,9 @@ impl Corpus {
         if sizing == Sizing::Estimate {
             return best;
         }
-        for _ in 0..6 {
+        // Lengths known to give too few (`lo`) and too many (`hi`) tokens: a guess outside them bisects instead, so cuts at whitespace cannot make it bounce.
+        let (mut lo, mut hi) = (0usize, usize::MAX);
+        for _ in 0..12 {
             let text = head.clone() + &self.slice(start, n.max(1));
             let Some(count) = client.count_tokens(model, &text) else { return best };
             self.ratio = (text.chars().count() as f64 / count.max(1) as f64).max(0.05);
@@ -150,7 +152,20 @@ impl Corpus {
             if off <= (target / 200).max(2) {
                 break;
             }
-            n = (n as f64 * target as f64 / count.max(1) as f64).ceil() as usize;
+            if count < target {
+                lo = lo.max(n)
+            } else {
+                hi = hi.min(n)
+            }
+            let guess = (n as f64 * target as f64 / count.max(1) as f64).ceil() as usize;
+            n = match (guess > lo && guess < hi, hi == usize::MAX) {
+                (true, _) => guess,
+                (false, true) => guess.max(lo + 1),
+                (false, false) => lo + (hi - lo) / 2,
+            };
+            if hi.saturating_sub(lo) <= 1 {
+                break;
+            }
         }
         best
     }
