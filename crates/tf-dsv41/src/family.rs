@@ -202,6 +202,31 @@ impl Family for crate::Model {
         Ok(Some(first_drafts(crate::Model::draft(self, lane, next)?, max)))
     }
 
+    fn draft_lanes(
+        &self,
+        lanes: &mut [&mut Self::Lane],
+        next: &[u32],
+        max: &[usize],
+    ) -> Vec<Result<Option<tf_family::Draft>, Error>> {
+        // Lanes that would draft alone draft together; the others (no room, no prompt yet) answer as alone.
+        let together: Vec<usize> = (0..lanes.len()).filter(|&i| max[i] > 0 && lanes[i].pos > 0).collect();
+        if !Family::drafts(self) || together.len() < 2 {
+            return lanes.iter_mut().zip(next).zip(max).map(|((l, &n), &m)| Family::draft(self, l, n, m)).collect();
+        }
+        let mut out: Vec<Option<Result<Option<tf_family::Draft>, Error>>> = (0..lanes.len()).map(|_| None).collect();
+        let nexts: Vec<u32> = together.iter().map(|&i| next[i]).collect();
+        let mut sel: Vec<&mut crate::state::SeqState> =
+            lanes.iter_mut().enumerate().filter(|(i, _)| together.contains(i)).map(|(_, l)| &mut **l).collect();
+        // It fails only before any lane moves (a token outside the vocabulary): each lane then answers alone.
+        if let Ok(drafts) = crate::Model::draft_lanes(self, &mut sel, &nexts) {
+            for (&i, d) in together.iter().zip(drafts) {
+                out[i] = Some(Ok(Some(first_drafts(d, max[i]))));
+            }
+        }
+        let each = lanes.iter_mut().zip(next).zip(max).zip(out);
+        each.map(|(((l, &n), &m), o)| o.unwrap_or_else(|| Family::draft(self, l, n, m))).collect()
+    }
+
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
         crate::Model::verify(self, lane, tokens)
     }

@@ -12,8 +12,11 @@ fn prompt(len: usize, salt: u32, vocab: u32) -> Vec<u32> {
     (0..len as u32).map(|j| (j * 131 + 7 + salt * 17) % (vocab - 3) + 3).collect()
 }
 
+/// Draft tokens, confidence bits, and the row the lane decodes after drafting.
+type Drafted = (Vec<u32>, Vec<u32>, Vec<f32>);
+
 /// One lane alone: greedy logits of its prompt's last row and `steps` decode rows, and its drafts after them.
-fn alone(m: &Model, prompt: &[u32], steps: usize) -> (Vec<Vec<f32>>, Option<Vec<u32>>) {
+fn alone(m: &Model, prompt: &[u32], steps: usize) -> (Vec<Vec<f32>>, Option<Drafted>) {
     let mut st = m.new_state();
     let mut rows = vec![m.prefill(&mut st, prompt, true).unwrap().unwrap()];
     for _ in 0..steps {
@@ -21,7 +24,11 @@ fn alone(m: &Model, prompt: &[u32], steps: usize) -> (Vec<Vec<f32>>, Option<Vec<
         rows.push(m.decode(&mut st, &[t]).unwrap().remove(0));
     }
     let next = argmax(rows.last().unwrap());
-    let drafts = m.dspark.as_ref().map(|_| m.draft(&mut st, next).unwrap().tokens);
+    let drafts = m.dspark.as_ref().map(|_| {
+        let d = m.draft(&mut st, next).unwrap();
+        let after = m.decode(&mut st, &[next]).unwrap().remove(0);
+        (d.tokens, d.confidence.iter().map(|c| c.to_bits()).collect(), after)
+    });
     (rows, drafts)
 }
 
@@ -46,6 +53,11 @@ fn check(kind: TinyKind, replay: bool, lens: &[usize], steps: &[usize]) {
             rows[i].push(r.remove(0));
         }
     }
+    // Every lane drafts in one call (the family's `draft_lanes`), then decodes its next token.
+    let nexts: Vec<u32> = rows.iter().map(|r| argmax(r.last().unwrap())).collect();
+    let mut lanes: Vec<&mut SeqState> = states.iter_mut().collect();
+    let room = vec![5; nexts.len()];
+    let drafted = Family::draft_lanes(&m, &mut lanes, &nexts, &room);
     for (i, p) in prompts.iter().enumerate() {
         let (want, drafts) = alone(&m, p, steps[i]);
         for (j, (g, w)) in rows[i].iter().zip(&want).enumerate() {
@@ -55,10 +67,12 @@ fn check(kind: TinyKind, replay: bool, lens: &[usize], steps: &[usize]) {
                 p.len()
             );
         }
-        let next = argmax(rows[i].last().unwrap());
-        let got = m.dspark.as_ref().map(|_| m.draft(&mut states[i], next).unwrap().tokens);
-        assert_eq!(got, drafts, "{kind:?} lane {i}: drafts after shared steps differ from the lane alone");
         assert_eq!(states[i].pos, p.len() + steps[i]);
+        let got = drafted[i].as_ref().unwrap().as_ref().map(|d| {
+            let after = m.decode(&mut states[i], &[nexts[i]]).unwrap().remove(0);
+            (d.tokens.clone(), d.confidence.iter().map(|c| c.to_bits()).collect::<Vec<_>>(), after)
+        });
+        assert!(got == drafts, "{kind:?} lane {i}: drafts of lanes together, or the decode after, differ from alone");
     }
 }
 

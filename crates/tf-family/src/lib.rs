@@ -28,6 +28,16 @@ pub trait Family: Send + 'static {
     fn draft(&self, _lane: &mut Self::Lane, _next: u32, _max: usize) -> Result<Option<Draft>, Self::Error> {
         Ok(None)
     }
+    /// [`Family::draft`] of several lanes (`next[i]`, `max[i]` each), each lane's result as alone, bit for bit.
+    fn draft_lanes(
+        &self,
+        lanes: &mut [&mut Self::Lane],
+        next: &[u32],
+        max: &[usize],
+    ) -> Vec<Result<Option<Draft>, Self::Error>> {
+        assert!(next.len() == lanes.len() && max.len() == lanes.len(), "one of each per lane");
+        lanes.iter_mut().zip(next).zip(max).map(|((lane, &n), &m)| self.draft(lane, n, m)).collect()
+    }
     /// A verify window `[next, d1 .. dk]`: [`Family::decode`] that [`Family::rewind`] can cut back.
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Self::Error> {
         self.decode(lane, tokens)

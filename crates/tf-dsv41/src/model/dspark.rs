@@ -79,15 +79,26 @@ impl Model {
 
     /// `draft`, plus each block row's f32 logits after its Markov bias (the rows the greedy drafts are argmaxes of).
     pub fn draft_with_logits(&self, st: &mut SeqState, next: u32) -> Result<(Drafts, Vec<Vec<f32>>)> {
+        Ok(self.draft_rows(&mut [st], &[next], true)?.remove(0))
+    }
+
+    /// [`Model::draft`] of several lanes at once: the stages and the head run once over every lane's block; each lane's drafts equal its drafts alone.
+    pub fn draft_lanes(&self, sts: &mut [&mut SeqState], next: &[u32]) -> Result<Vec<Drafts>> {
+        Ok(self.draft_rows(sts, next, false)?.into_iter().map(|(d, _)| d).collect())
+    }
+
+    /// Each lane's drafts, and with `keep` its block rows' logits; the stages' attention runs per lane, the rest over all rows.
+    fn draft_rows(&self, sts: &mut [&mut SeqState], next: &[u32], keep: bool) -> Result<Vec<(Drafts, Vec<Vec<f32>>)>> {
         let ds = self.dspark.as_ref().ok_or_else(|| Error::Invalid("this checkpoint has no DSpark stages".into()))?;
-        if st.pos == 0 {
+        assert_eq!(sts.len(), next.len(), "one next token per lane");
+        if sts.iter().any(|st| st.pos == 0) {
             return Err(Error::Invalid("draft needs a processed prompt".into()));
         }
-        let block = self.cfg.dspark_block_size;
-        let mut ids = vec![self.cfg.dspark_noise_token_id; block];
-        ids[0] = next;
+        let (block, noise, n) = (self.cfg.dspark_block_size, self.cfg.dspark_noise_token_id, sts.len());
+        let ids: Vec<u32> =
+            next.iter().flat_map(|&t| std::iter::once(t).chain(std::iter::repeat_n(noise, block - 1))).collect();
         let mut s: Streams = self.embed_rows(&ids)?;
-        let mut shared = Shared::default();
+        let mut shared: Vec<Shared> = (0..n).map(|_| Shared::default()).collect();
         for stage in &ds.stages {
             let call = BlockCall {
                 cfg: &self.cfg,
@@ -97,16 +108,39 @@ impl Model {
                 engram_ids: None,
                 engram_rows: None,
             };
-            stage.forward(&mut s, &call, &mut [LaneRows { pos0: st.pos, rows: block, st, shared: &mut shared }]);
+            let mut lanes: Vec<LaneRows<'_>> = sts
+                .iter_mut()
+                .zip(shared.iter_mut())
+                .map(|(st, shared)| LaneRows { pos0: st.pos, rows: block, st, shared })
+                .collect();
+            stage.forward(&mut s, &call, &mut lanes);
         }
-        let (hc, dim) = (self.cfg.hc_mult, self.cfg.dim);
+        let (hc, dim, vocab) = (self.cfg.hc_mult, self.cfg.dim, self.cfg.vocab_size);
         let y = s.collapse(hc, dim);
         let normed: Vec<f32> = rms_norm_rows(&y, &ds.norm, self.cfg.norm()).iter().map(|v| v.to_f32()).collect();
-        let logits = self.head_rows(&normed, block);
-        let vocab = self.cfg.vocab_size;
+        let logits = self.head_rows(&normed, n * block);
+        let each = next.iter().enumerate();
+        Ok(each
+            .map(|(l, &t)| {
+                let rows = l * block..(l + 1) * block;
+                let (y, logits) = (&y[rows.start * dim..rows.end * dim], &logits[rows.start * vocab..rows.end * vocab]);
+                self.markov_drafts(ds, t, (y, logits), keep)
+            })
+            .collect())
+    }
+
+    /// One lane's block: each row's logits plus the Markov bias of the token before it, greedy, with its confidence.
+    fn markov_drafts(
+        &self,
+        ds: &DSparkHeads,
+        next: u32,
+        (y, logits): (&[bf16], &[f32]),
+        keep: bool,
+    ) -> (Drafts, Vec<Vec<f32>>) {
+        let (block, dim, vocab) = (self.cfg.dspark_block_size, self.cfg.dim, self.cfg.vocab_size);
         let mut out = vec![next];
         let mut confidence = Vec::with_capacity(block);
-        let mut rows = Vec::with_capacity(block);
+        let mut rows = Vec::with_capacity(if keep { block } else { 0 });
         for i in 0..block {
             let e = &ds.markov_embed[out[i] as usize * ds.rank..(out[i] as usize + 1) * ds.rank];
             let ef: Vec<f32> = e.iter().map(|v| v.to_f32()).collect();
@@ -116,8 +150,10 @@ impl Model {
             out.push(argmax(&row));
             let cat: Vec<f32> = y[i * dim..(i + 1) * dim].iter().map(|v| v.to_f32()).chain(ef).collect();
             confidence.push(ds.confidence.forward_f32(&cat, 1)[0]);
-            rows.push(row);
+            if keep {
+                rows.push(row);
+            }
         }
-        Ok((Drafts { tokens: out[1..].to_vec(), confidence }, rows))
+        (Drafts { tokens: out[1..].to_vec(), confidence }, rows)
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::Instant;
+use tf_family::Draft;
 
 struct Active<L, P> {
     lane: L,
@@ -225,7 +226,7 @@ impl<F: Family> Scheduler<F> {
         };
         self.decode_turn = !self.decode_turn;
         let panicked = || After::Remove(Outcome::Error, Some(Event::Error("internal error in the model step".into())));
-        let (mut afters, mut rows) = (Vec::new(), Vec::new());
+        let (mut afters, mut wants) = (Vec::new(), Vec::new());
         for i in lanes {
             if let Some(outcome) = self.active[i].job.cancelled() {
                 afters.push((i, After::Remove(outcome, None)));
@@ -233,9 +234,20 @@ impl<F: Family> Scheduler<F> {
             }
             match catch_unwind(AssertUnwindSafe(|| self.step_lane(i))) {
                 Ok(Ok(None)) => {}
-                Ok(Ok(Some(row))) => rows.push((i, row)),
+                Ok(Ok(Some(draft))) => wants.push((i, draft)),
                 Ok(Err(after)) => afters.push((i, after)),
                 Err(_) => afters.push((i, panicked())),
+            }
+        }
+        // A panic while drafting fails the lanes that asked for drafts; the others decode plainly.
+        let planned = catch_unwind(AssertUnwindSafe(|| self.plan_drafts(&wants))).unwrap_or_else(|_| {
+            wants.iter().map(|&(i, draft)| (i, if draft { Err(panicked()) } else { Ok(Row::Plain) })).collect()
+        });
+        let mut rows = Vec::with_capacity(planned.len());
+        for (i, r) in planned {
+            match r {
+                Ok(row) => rows.push((i, row)),
+                Err(after) => afters.push((i, after)),
             }
         }
         // A family that batches runs every decoding lane in one step (a panic there fails that step's lanes); others one lane a step.
@@ -264,10 +276,10 @@ impl<F: Family> Scheduler<F> {
     }
 
     /// A prompt chunk on lane `i` (`Ok(None)` after it, `Err` when the lane ends), or the row it runs in this round's decode step.
-    fn step_lane(&mut self, i: usize) -> Result<Option<Row>, After> {
+    fn step_lane(&mut self, i: usize) -> Result<Option<bool>, After> {
         let a = &mut self.active[i];
         if a.fed >= a.job.req.prompt.len() {
-            return if a.draft.wants() { self.draft_row(i).map(Some) } else { Ok(Some(Row::Plain)) };
+            return Ok(Some(a.draft.wants()));
         }
         let (family, chunk) = (&self.family, self.limits.prefill_chunk.max(1));
         let a = &mut self.active[i];
@@ -361,24 +373,52 @@ enum Row {
 }
 
 impl<F: Family> Scheduler<F> {
-    /// Lane `i`'s row this round: a verify window when a draft is worth its cost, else plain decode.
-    fn draft_row(&mut self, i: usize) -> Result<Row, After> {
+    /// Each lane's row this round (`wants`: whether it asks for drafts): a verify window where a draft is worth its cost, else plain decode; the lanes draft in one family call.
+    fn plan_drafts(&mut self, wants: &[(usize, bool)]) -> Vec<(usize, Result<Row, After>)> {
         let fixed = self.limits.draft_len;
-        if fixed.is_none() && self.costs.is_none() {
+        if fixed.is_none() && self.costs.is_none() && wants.iter().any(|w| w.1) {
             self.costs = Some(Costs::measure(&self.family));
         }
+        let known = fixed.is_some() || self.costs.as_ref().is_some_and(Option::is_some);
+        let mut ask = Vec::new();
+        for &(i, _) in wants.iter().filter(|w| w.1) {
+            let a = &mut self.active[i];
+            let room = limit(&a.job.req, self.family.max_context()).saturating_sub(a.generated + 1).min(MAX_DRAFT);
+            if !known {
+                a.draft.on = false;
+            } else if room > 0 {
+                ask.push((i, a.next.expect("a lane past its prompt has a next token"), room));
+            }
+        }
+        let drafts = {
+            let mut lanes: Vec<&mut F::Lane> = (self.active.iter_mut().enumerate())
+                .filter(|(i, _)| ask.iter().any(|(j, ..)| j == i))
+                .map(|(_, a)| &mut a.lane)
+                .collect();
+            let (next, room): (Vec<u32>, Vec<usize>) = ask.iter().map(|&(_, n, r)| (n, r)).unzip();
+            self.family.draft_lanes(&mut lanes, &next, &room)
+        };
+        assert_eq!(drafts.len(), ask.len(), "the family answered every lane's draft");
+        let mut drafted: Vec<_> = ask.into_iter().zip(drafts).map(|((i, n, _), d)| (i, n, d)).collect();
+        let mut out = Vec::with_capacity(wants.len());
+        for &(i, _) in wants {
+            out.push(match drafted.iter().position(|d| d.0 == i) {
+                Some(at) => {
+                    let (_, next, d) = drafted.swap_remove(at);
+                    (i, self.window_of(i, next, d))
+                }
+                None => (i, Ok(Row::Plain)),
+            });
+        }
+        out
+    }
+
+    /// Lane `i`'s row from its draft: a window of the drafts worth verifying, else plain decode.
+    fn window_of(&mut self, i: usize, next: u32, d: Result<Option<Draft>, F::Error>) -> Result<Row, After> {
+        let fixed = self.limits.draft_len;
         let costs = if fixed.is_some() { None } else { self.costs.as_ref().and_then(Option::as_ref) };
-        let (family, a) = (&self.family, &mut self.active[i]);
-        if fixed.is_none() && costs.is_none() {
-            a.draft.on = false;
-            return Ok(Row::Plain);
-        }
-        let room = limit(&a.job.req, family.max_context()).saturating_sub(a.generated + 1).min(MAX_DRAFT);
-        let next = a.next.expect("a lane past its prompt has a next token");
-        if room == 0 {
-            return Ok(Row::Plain);
-        }
-        let d = match family.draft(&mut a.lane, next, room) {
+        let a = &mut self.active[i];
+        let d = match d {
             Ok(Some(d)) => d,
             Ok(None) => {
                 a.draft.on = false;
