@@ -267,8 +267,13 @@ fn accept_peers(
         match l.accept() {
             Ok((mut s, _)) => {
                 s.set_nonblocking(false)?;
+                // A connection that never says who it is fails the join at the setup deadline instead of hanging it.
+                s.set_read_timeout(Some(
+                    until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)),
+                ))?;
                 let mut b = [0u8; 9];
                 s.read_exact(&mut b)?;
+                s.set_read_timeout(None)?;
                 let from = u64::from_le_bytes(b[1..].try_into().expect("8 bytes")) as usize;
                 match b[0] {
                     RING if from == (rank + world - 1) % world && prev.is_none() => prev = Some(s),
