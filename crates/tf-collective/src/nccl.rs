@@ -1,11 +1,10 @@
 //! NCCL as a communicator: each collective gathers every rank's encoded contribution over NCCL, then combines on the host by the in-process rules (same bits, same errors).
 
-use crate::op::{self, Contribution, Op, Payload, Rounds};
+use crate::op::{self, Contribution, Loopback, Op, Payload, Rounds};
 use crate::tcp::{decode, encode};
 use crate::{Comm, CommError, TcpComm};
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use parking_lot::Mutex;
-use std::collections::VecDeque;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -115,8 +114,7 @@ pub struct NcclComm {
     world: usize,
     timeout: Option<Duration>,
     broken: Mutex<Option<CommError>>,
-    /// Messages this rank sent itself.
-    own: Mutex<VecDeque<Vec<f32>>>,
+    own: Loopback,
 }
 
 // SAFETY: the NCCL handle is used by one thread at a time (`Comm` is not `Sync`), and NCCL allows that thread to change.
@@ -138,16 +136,7 @@ impl NcclComm {
         let mut comm: RawComm = std::ptr::null_mut();
         // SAFETY: every rank of the group calls this with the same id and world; it blocks until all have joined.
         check(lib, "ncclCommInitRank", unsafe { (lib.init_rank)(&mut comm, world as c_int, id, rank as c_int) })?;
-        Ok(NcclComm {
-            lib,
-            comm,
-            stream,
-            rank,
-            world,
-            timeout,
-            broken: Mutex::new(None),
-            own: Mutex::new(VecDeque::new()),
-        })
+        Ok(NcclComm { lib, comm, stream, rank, world, timeout, broken: Mutex::new(None), own: Loopback::default() })
     }
 
     /// Joins a group across processes: rank 0 makes the id and hands it out over a TCP ring that meets at `addr`.
@@ -235,20 +224,8 @@ impl NcclComm {
         if let Some(e) = self.broken.lock().clone() {
             return Err(e);
         }
-        let send = match send {
-            Some((buf, to)) if to == self.rank => {
-                self.own.lock().push_back(buf.to_vec());
-                None
-            }
-            s => s,
-        };
-        if from == Some(self.rank) {
-            let got = self.own.lock().pop_front();
-            let Some(got) = got else {
-                let detail = format!("rank {} receives from itself, but sent itself nothing", self.rank);
-                return Err(CommError::OpMismatch { detail });
-            };
-            return self.exchange(send, None).map(|_| Some(got));
+        if send.is_none() && from.is_none() {
+            return Ok(None);
         }
         let run = || -> Result<Option<Vec<f32>>, CommError> {
             let len = send.map(|(b, _)| (b.len() as u64).to_le_bytes());
@@ -304,6 +281,10 @@ impl Rounds for NcclComm {
 
     fn p2p(&self, send: Option<(&[f32], usize)>, from: Option<usize>) -> Result<Option<Vec<f32>>, CommError> {
         self.exchange(send, from)
+    }
+
+    fn loopback(&self) -> &Loopback {
+        &self.own
     }
 
     fn round(&self, op: Op, data: Payload, timeout: Option<Duration>) -> Result<Payload, CommError> {

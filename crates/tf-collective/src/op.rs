@@ -1,4 +1,6 @@
 use crate::{Comm, CommError};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// A transport that runs each collective as one round: every rank's contribution in, the combined payload (by [`combine`]) out.
@@ -6,8 +8,37 @@ pub(crate) trait Rounds: Send {
     /// This rank, the world size, and the deadline of every wait.
     fn group(&self) -> (usize, usize, Option<Duration>);
     fn round(&self, op: Op, data: Payload, timeout: Option<Duration>) -> Result<Payload, CommError>;
-    /// Point to point: `send` (if any) goes to `to` while a message is received from `from` (if any) and returned.
+    /// Point to point with other ranks: `send` (if any) goes to `to` while a message is received from `from` (if any); with neither, only checks the group.
     fn p2p(&self, send: Option<(&[f32], usize)>, from: Option<usize>) -> Result<Option<Vec<f32>>, CommError>;
+    /// Messages this rank sent itself, which never reach the transport.
+    fn loopback(&self) -> &Loopback;
+}
+
+/// A rank's messages to itself, in the order sent.
+#[derive(Debug, Default)]
+pub(crate) struct Loopback(Mutex<VecDeque<Vec<f32>>>);
+
+/// One exchange: messages to itself stay in the loopback, the rest go to the transport's `p2p`.
+fn exchange<T: Rounds>(
+    t: &T,
+    send: Option<(&[f32], usize)>,
+    from: Option<usize>,
+) -> Result<Option<Vec<f32>>, CommError> {
+    let rank = t.group().0;
+    let remote = match send {
+        Some((buf, to)) if to == rank => {
+            t.loopback().0.lock().push_back(buf.to_vec());
+            None
+        }
+        s => s,
+    };
+    if from != Some(rank) {
+        return t.p2p(remote, from);
+    }
+    t.p2p(remote, None)?;
+    let got = t.loopback().0.lock().pop_front();
+    let detail = || format!("rank {rank} receives from itself, but sent itself nothing");
+    got.map(Some).ok_or_else(|| CommError::OpMismatch { detail: detail() })
 }
 
 /// Checks a peer index against the group.
@@ -84,19 +115,19 @@ impl<T: Rounds> Comm for T {
 
     fn send(&self, buf: &[f32], to: usize) -> Result<(), CommError> {
         let (rank, world, _) = self.group();
-        self.p2p(Some((buf, peer(rank, world, to)?)), None).map(drop)
+        exchange(self, Some((buf, peer(rank, world, to)?)), None).map(drop)
     }
 
     fn recv(&self, buf: &mut [f32], from: usize) -> Result<(), CommError> {
         let (rank, world, _) = self.group();
-        let msg = self.p2p(None, Some(peer(rank, world, from)?))?.unwrap_or_default();
+        let msg = exchange(self, None, Some(peer(rank, world, from)?))?.unwrap_or_default();
         deliver(rank, from, &msg, buf)
     }
 
     fn send_recv(&self, send: &[f32], to: usize, recv: &mut [f32], from: usize) -> Result<(), CommError> {
         let (rank, world, _) = self.group();
         let (to, from) = (peer(rank, world, to)?, peer(rank, world, from)?);
-        let msg = self.p2p(Some((send, to)), Some(from))?.unwrap_or_default();
+        let msg = exchange(self, Some((send, to)), Some(from))?.unwrap_or_default();
         deliver(rank, from, &msg, recv)
     }
 }

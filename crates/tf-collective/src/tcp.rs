@@ -1,8 +1,7 @@
 //! A group of processes over TCP in a ring: every collective passes each rank's contribution once around, then combines locally.
 
 use crate::CommError;
-use crate::op::{self, Contribution, Kind, Op, Payload, Rounds};
-use std::collections::VecDeque;
+use crate::op::{self, Contribution, Kind, Loopback, Op, Payload, Rounds};
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
@@ -16,8 +15,7 @@ pub struct TcpComm {
     ring: Mutex<Option<Ring>>,
     broken: Mutex<Option<CommError>>,
     links: Vec<Option<Link>>,
-    /// Messages this rank sent itself.
-    own: Mutex<VecDeque<Vec<f32>>>,
+    own: Loopback,
 }
 
 /// Both directions of one peer's point-to-point connection, each locked on its own so a send and a receive overlap.
@@ -51,7 +49,7 @@ impl TcpComm {
             ring: Mutex::new(ring),
             broken: Mutex::new(None),
             links,
-            own: Mutex::new(VecDeque::new()),
+            own: Loopback::default(),
         };
         if world <= 1 {
             return Ok(comm(None, Vec::new()));
@@ -98,31 +96,13 @@ impl TcpComm {
         if let Some(e) = self.broken.lock().expect("not poisoned").clone() {
             return Err(e);
         }
-        let send = match send {
-            Some((buf, to)) if to == self.rank => {
-                self.own.lock().expect("not poisoned").push_back(buf.to_vec());
-                None
-            }
-            s => s,
-        };
         let result = std::thread::scope(|sc| {
             let sending = send.map(|(buf, to)| sc.spawn(move || self.write_to(to, buf)));
-            let got = match from {
-                None => Ok(None),
-                Some(f) if f == self.rank => match self.own.lock().expect("not poisoned").pop_front() {
-                    Some(m) => Ok(Some(m)),
-                    None => Err(CommError::OpMismatch {
-                        detail: format!("rank {f} receives from itself, but sent itself nothing"),
-                    }),
-                },
-                Some(f) => self.read_from(f).map(Some),
-            };
+            let got = from.map(|f| self.read_from(f)).transpose();
             let sent = sending.map_or(Ok(()), |h| h.join().unwrap_or(Err(gone(self.rank))));
             sent.and(got)
         });
-        if let Err(e) = &result
-            && !matches!(e, CommError::OpMismatch { .. })
-        {
+        if let Err(e) = &result {
             // A wire error leaves a link mid-message: no later message can be trusted.
             *self.broken.lock().expect("not poisoned") = Some(e.clone());
         }
@@ -383,5 +363,9 @@ impl Rounds for TcpComm {
 
     fn p2p(&self, send: Option<(&[f32], usize)>, from: Option<usize>) -> Result<Option<Vec<f32>>, CommError> {
         self.exchange(send, from)
+    }
+
+    fn loopback(&self) -> &Loopback {
+        &self.own
     }
 }
