@@ -73,15 +73,14 @@ __device__ __forceinline__ void load_pairs(const unsigned short* const* keys, in
     }
 }
 
-// Grid (rows, heads); a row's key list is window[r, :] then sel[r, :], as the CPU forward builds it. Dynamic shared: q f32 [d], per key its row pointer and score (later probability), per block its max and rescale.
-extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, const unsigned short* __restrict__ chunk,
-                                       const unsigned short* __restrict__ ring,
-                                       const unsigned short* __restrict__ latents, const int* __restrict__ window,
-                                       const int* __restrict__ sel, const float* __restrict__ sink,
-                                       unsigned short* __restrict__ out, int rows, int heads, int d, int w, int s,
-                                       int latent_rows, float scale) {
+// One (row, head): a key list of window[0..w) then sel[0..s), as the CPU forward builds it. Dynamic shared: q f32 [d], per key its row pointer and score (later probability), per block its max and rescale.
+__device__ void attend_row(const unsigned short* __restrict__ qrow, unsigned short* __restrict__ orow,
+                           const unsigned short* __restrict__ chunk, int chunk_rows,
+                           const unsigned short* __restrict__ ring, const unsigned short* __restrict__ latents,
+                           int latent_rows, const int* __restrict__ window, const int* __restrict__ sel, int w, int s,
+                           float sink_h, int d, float scale) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const int r = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+    const int tid = threadIdx.x, nt = blockDim.x;
     const int L = w + s;
     const int nblk = (L + BLOCK - 1) / BLOCK;
     const unsigned short** keys = reinterpret_cast<const unsigned short**>(smem);
@@ -91,11 +90,10 @@ extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, con
     float* rescale = run_max + nblk;
     __shared__ float sum_exp;
 
-    const unsigned short* qrow = q + ((size_t)r * heads + h) * d;
     for (int c = tid; c < d; c += nt) qf[c] = widen(qrow[c]);
     for (int j = tid; j < L; j += nt) {
-        const int id = j < w ? window[(size_t)r * w + j] : sel[(size_t)r * s + (j - w)];
-        keys[j] = resolve(id, chunk, rows, ring, w, latents, latent_rows, d);
+        const int id = j < w ? window[j] : sel[j - w];
+        keys[j] = resolve(id, chunk, chunk_rows, ring, w, latents, latent_rows, d);
     }
     __syncthreads();
 
@@ -143,14 +141,13 @@ extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, con
             total = total * rescale[b] + psum;
         }
         const float m = nblk > 0 ? run_max[nblk - 1] : -1e30f;
-        sum_exp = total + exp_rn(sink[h] - m);
+        sum_exp = total + exp_rn(sink_h - m);
     }
     __syncthreads();
     // Probabilities enter p·v rounded to bf16; this pass runs after the psum above has read them unrounded.
     for (int j = tid; j < L; j += nt) p[j] = widen(bf16_rne(p[j]));
     __syncthreads();
 
-    unsigned short* orow = out + ((size_t)r * heads + h) * d;
     // Even d: a thread owns column pairs and keeps PV_AHEAD keys' values in flight; each column's adds keep the CPU's order.
     const int pairs = (d % 2 == 0) ? d / 2 : 0;
     const int groups = (L + PV_AHEAD - 1) / PV_AHEAD;
@@ -192,4 +189,35 @@ extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, con
         }
         orow[c] = bf16_rne(acc / sum_exp);
     }
+}
+
+// Grid (rows, heads): one call's rows, their key ids window[r, :] and sel[r, :] into one set of chunk, ring and latents.
+extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, const unsigned short* __restrict__ chunk,
+                                       const unsigned short* __restrict__ ring,
+                                       const unsigned short* __restrict__ latents, const int* __restrict__ window,
+                                       const int* __restrict__ sel, const float* __restrict__ sink,
+                                       unsigned short* __restrict__ out, int rows, int heads, int d, int w, int s,
+                                       int latent_rows, float scale) {
+    const int r = blockIdx.x, h = blockIdx.y;
+    const size_t at = ((size_t)r * heads + h) * d;
+    attend_row(q + at, out + at, chunk, rows, ring, latents, latent_rows, window + (size_t)r * w,
+               sel + (size_t)r * s, w, s, sink[h], d, scale);
+}
+
+// Words per row of `sparse_attn_rows`' table: chunk, ring, latents, window row, sel row, chunk rows | latent rows << 32.
+#define ROW_WORDS 6
+
+// Grid (rows, heads) over several lanes' rows: each row names its own lane's chunk, ring, latents and key lists.
+extern "C" __global__ void sparse_attn_rows(const unsigned short* __restrict__ q,
+                                            const unsigned long long* __restrict__ table,
+                                            const float* __restrict__ sink, unsigned short* __restrict__ out,
+                                            int heads, int d, int w, int s, float scale) {
+    const int r = blockIdx.x, h = blockIdx.y;
+    const unsigned long long* t = table + (size_t)r * ROW_WORDS;
+    const size_t at = ((size_t)r * heads + h) * d;
+    const unsigned long long n = t[5];
+    attend_row(q + at, out + at, reinterpret_cast<const unsigned short*>(t[0]), (int)(n & 0xFFFFFFFFull),
+               reinterpret_cast<const unsigned short*>(t[1]), reinterpret_cast<const unsigned short*>(t[2]),
+               (int)(n >> 32), reinterpret_cast<const int*>(t[3]), reinterpret_cast<const int*>(t[4]), w, s, sink[h],
+               d, scale);
 }

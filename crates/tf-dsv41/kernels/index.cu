@@ -12,26 +12,23 @@ __device__ __forceinline__ int visible(int pos0, int r, int ratio) { return (pos
 #define SCORE_WARPS 4
 #define SCORE_MAX_HPL 4
 
-// Grid (rows, ceil((cap - group0) / SCORE_WARPS)), one launch per 65535·SCORE_WARPS groups from group0; dynamic shared: the row's q f32 [heads][hd+1] (padded: lanes read distinct banks), its head weights [heads], one key f32 [hd] per warp. Lane l computes heads l, l+32, … each in the CPU's sequential order; the heads' terms are then summed in head order. Invisible entries get -inf so every byte is defined; a visible group past the keys is the CPU's zero key.
-extern "C" __global__ void index_scores(const unsigned short* __restrict__ q, const unsigned short* __restrict__ w,
-                                        const unsigned short* __restrict__ keys, float* __restrict__ scores,
-                                        int heads, int hd, int groups, int cap, int pos0, int ratio, float c,
-                                        int group0) {
+// One row's score of group t (a warp each; grid (rows, ceil((cap - group0) / SCORE_WARPS)), a launch per 65535·SCORE_WARPS groups from group0); dynamic shared: the row's q f32 [heads][hd+1] (padded: lanes read distinct banks), its head weights [heads], one key f32 [hd] per warp. Lane l computes heads l, l+32, … each in the CPU's sequential order; the heads' terms are then summed in head order. Invisible entries get -inf so every byte is defined; a visible group past the keys is the CPU's zero key.
+__device__ void score_row(const unsigned short* __restrict__ qrow, const unsigned short* __restrict__ wrow,
+                          const unsigned short* __restrict__ keys, float* __restrict__ srow, int heads, int hd,
+                          int groups, int cap, int vis, float c, int t) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, qs = hd + 1;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, qs = hd + 1;
     float* qf = reinterpret_cast<float*>(smem);
     float* wr = qf + (size_t)heads * qs;
     float* kf = wr + heads + (size_t)warp * hd;
-    const unsigned short* qrow = q + (size_t)r * heads * hd;
     // Unrolled so a thread's loads of the row are in flight together.
 #pragma unroll 8
     for (int i = tid; i < heads * hd; i += blockDim.x) qf[(i / hd) * qs + i % hd] = widen(qrow[i]);
-    for (int h = tid; h < heads; h += blockDim.x) wr[h] = round_bf16(widen(w[(size_t)r * heads + h]) * c);
+    for (int h = tid; h < heads; h += blockDim.x) wr[h] = round_bf16(widen(wrow[h]) * c);
     __syncthreads();
-    const int t = group0 + blockIdx.y * SCORE_WARPS + warp;
     if (t >= cap) return;
     float v;
-    if (t >= visible(pos0, r, ratio)) {
+    if (t >= vis) {
         v = -F32_INF;
     } else if (t >= groups) {
         v = 0.0f;
@@ -63,7 +60,32 @@ extern "C" __global__ void index_scores(const unsigned short* __restrict__ q, co
         }
         v = round_bf16(total);
     }
-    if (lane == 0) scores[(size_t)r * cap + t] = v;
+    if (lane == 0) srow[t] = v;
+}
+
+
+extern "C" __global__ void index_scores(const unsigned short* __restrict__ q, const unsigned short* __restrict__ w,
+                                        const unsigned short* __restrict__ keys, float* __restrict__ scores,
+                                        int heads, int hd, int groups, int cap, int pos0, int ratio, float c,
+                                        int group0) {
+    const int r = blockIdx.x;
+    score_row(q + (size_t)r * heads * hd, w + (size_t)r * heads, keys, scores + (size_t)r * cap, heads, hd, groups,
+              cap, visible(pos0, r, ratio), c, group0 + blockIdx.y * SCORE_WARPS + (threadIdx.x >> 5));
+}
+
+// Words per row of `index_scores_rows`' table: keys, the row's scores, groups | cap << 32, position | q row << 32.
+#define SCORE_WORDS 4
+
+// `index_scores` over several lanes' rows: each row's keys, scores row, groups, cap, position and row of q and w from the table.
+extern "C" __global__ void index_scores_rows(const unsigned short* __restrict__ q, const unsigned short* __restrict__ w,
+                                             const unsigned long long* __restrict__ table, int heads, int hd,
+                                             int ratio, float c, int group0) {
+    const unsigned long long* t = table + (size_t)blockIdx.x * SCORE_WORDS;
+    const int groups = (int)(t[2] & 0xFFFFFFFFull), cap = (int)(t[2] >> 32);
+    const int pos = (int)(t[3] & 0xFFFFFFFFull), row = (int)(t[3] >> 32);
+    score_row(q + (size_t)row * heads * hd, w + (size_t)row * heads, reinterpret_cast<const unsigned short*>(t[0]),
+              reinterpret_cast<float*>(t[1]), heads, hd, groups, cap, visible(pos, 0, ratio), c,
+              group0 + blockIdx.y * SCORE_WARPS + (threadIdx.x >> 5));
 }
 
 // f32 bits mapped so unsigned order is Rust's `total_cmp` order (-NaN < -inf < … < -0 < +0 < … < +inf < +NaN).
@@ -146,14 +168,12 @@ __device__ void top_k_ascending(int n, int k, Key key, Emit emit) {
     __syncthreads();
 }
 
-// Grid (rows), blockDim a multiple of 32; mode 0 plain, 1 candidate source (writes mask), 2 restricted by a mask. Dynamic shared (mode 1 only): block maxima f32 [ceil(cap / block)] then chosen flags u8 [same].
-extern "C" __global__ void index_select(const float* __restrict__ scores, unsigned char* mask, int* __restrict__ sel,
-                                        int cap, int topk, int pos0, int ratio, int mode, int blocks, int block,
-                                        int src_ratio, int src_cap) {
+// One row's selection (blockDim a multiple of 32): mode 0 plain, 1 candidate source (writes `mrow`, its mask row of cap), 2 restricted by `mrow`, the source's mask row of src_cap. Dynamic shared (mode 1 only): block maxima f32 [ceil(cap / block)] then chosen flags u8 [same].
+__device__ void select_row(const float* __restrict__ srow, unsigned char* mrow, int* __restrict__ srow_out, int cap,
+                           int topk, int pos, int ratio, int mode, int blocks, int block, int src_ratio, int src_cap) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const int r = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
-    const int cl = min(visible(pos0, r, ratio), cap);
-    const float* srow = scores + (size_t)r * cap;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int cl = min(visible(pos, 0, ratio), cap);
     // The source's mask comes from its own unmasked scores, and its selection stays unrestricted, as the CPU's.
     if (mode == 1) {
         const int nb = (cl + block - 1) / block;
@@ -179,14 +199,12 @@ extern "C" __global__ void index_select(const float* __restrict__ scores, unsign
                 if (bs[b] > -F32_INF) chosen[b] = 1;
             });
         __syncthreads();
-        unsigned char* mrow = mask + (size_t)r * cap;
         for (int t = tid; t < cap; t += nt) mrow[t] = (t < cl && chosen[t / block]) ? 1 : 0;
     }
     // The CPU zips the mask with the scores by group number: groups past the source's visible count stay unmasked.
-    const int src_cl = mode == 2 ? min(visible(pos0, r, src_ratio), src_cap) : 0;
-    const unsigned char* keep = mode == 2 ? mask + (size_t)r * src_cap : nullptr;
+    const int src_cl = mode == 2 ? min(visible(pos, 0, src_ratio), src_cap) : 0;
+    const unsigned char* keep = mode == 2 ? mrow : nullptr;
     const int k = min(topk, cl);
-    int* srow_out = sel + (size_t)r * topk;
     top_k_ascending(
         cl, k,
         [&](int t) {
@@ -195,4 +213,26 @@ extern "C" __global__ void index_select(const float* __restrict__ scores, unsign
         },
         [&](int t, int slot) { srow_out[slot] = LATENT_ID | t; });
     for (int j = k + tid; j < topk; j += nt) srow_out[j] = KEY_NONE;
+}
+
+// Grid (rows); `select_row` of row r: the mask is [rows, cap] in mode 1, the source's [rows, src_cap] in mode 2.
+extern "C" __global__ void index_select(const float* __restrict__ scores, unsigned char* mask, int* __restrict__ sel,
+                                        int cap, int topk, int pos0, int ratio, int mode, int blocks, int block,
+                                        int src_ratio, int src_cap) {
+    const int r = blockIdx.x;
+    unsigned char* mrow = mode == 1 ? mask + (size_t)r * cap : mode == 2 ? mask + (size_t)r * src_cap : nullptr;
+    select_row(scores + (size_t)r * cap, mrow, sel + (size_t)r * topk, cap, topk, pos0 + r, ratio, mode, blocks, block,
+               src_ratio, src_cap);
+}
+
+// Words per row of `index_select_rows`' table: scores row, mask row (or 0), sel row, cap | src_cap << 32, position.
+#define SELECT_WORDS 5
+
+// `index_select` over several lanes' rows, each with its own scores, mask and sel rows, caps and position from the table.
+extern "C" __global__ void index_select_rows(const unsigned long long* __restrict__ table, int topk, int ratio,
+                                             int mode, int blocks, int block, int src_ratio) {
+    const unsigned long long* t = table + (size_t)blockIdx.x * SELECT_WORDS;
+    select_row(reinterpret_cast<const float*>(t[0]), reinterpret_cast<unsigned char*>(t[1]),
+               reinterpret_cast<int*>(t[2]), (int)(t[3] & 0xFFFFFFFFull), topk, (int)t[4], ratio, mode, blocks, block,
+               src_ratio, (int)(t[3] >> 32));
 }

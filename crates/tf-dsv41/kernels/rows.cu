@@ -20,3 +20,12 @@ extern "C" __global__ void scatter_rows(const unsigned int* __restrict__ src, un
     unsigned int* d = dst + (size_t)slot * row_words;
     for (int i = threadIdx.x; i < row_words; i += blockDim.x) d[i] = s[i];
 }
+
+// Grid: one block per source row; row r goes to the address dst[r], or nowhere when it is 0 (several rings at once).
+extern "C" __global__ void scatter_rows_to(const unsigned int* __restrict__ src,
+                                           const unsigned long long* __restrict__ dst, int row_words) {
+    unsigned int* d = reinterpret_cast<unsigned int*>(dst[blockIdx.x]);
+    if (d == nullptr) return;
+    const unsigned int* s = src + (size_t)blockIdx.x * row_words;
+    for (int i = threadIdx.x; i < row_words; i += blockDim.x) d[i] = s[i];
+}

@@ -9,11 +9,23 @@ use crate::config::{AttnMode, LayerRole, RopeKind};
 use tf_core::formats::Fp4Scale;
 use tf_cuda::Error;
 
+/// A compressor's inputs of some rows: kv and, past ratio 1, the gate.
+pub(crate) type Fed = (Buf, Option<Buf>);
+/// A lane's rows of compressor inputs: kv, the gate, and the lane's first row in both.
+pub(crate) type FedRows<'f> = (&'f Buf, Option<&'f Buf>, usize);
+
+/// Which key ids a lane's rows read past the window: none, an earlier layer's selection, or this layer's indexer with these keys.
+pub(crate) enum Pick {
+    Window,
+    Owner(usize),
+    Index(usize),
+}
+
 /// One lane's share of an attention call: its rows' context, its caches, and the selections it hands to later layers.
 pub(crate) struct LaneAttn<'a> {
-    call: &'a Call,
-    lane: &'a mut GpuLane,
-    shared: &'a mut Shared,
+    pub(super) call: &'a Call,
+    pub(super) lane: &'a mut GpuLane,
+    pub(super) shared: &'a mut Shared,
 }
 
 impl GpuModel {
@@ -101,31 +113,39 @@ impl GpuModel {
             0 => None,
             _ => Some(gpu.pool().take(rows * heads * d * 2)?),
         };
-        let (empty, whole, ow) = (gpu.pool().take(2)?, lanes.len() == 1, heads * d * 2);
-        let mut at = 0;
+        let fed = self.phase("attn: compress, index", || self.compress_lanes(a, role, x, lanes))?;
+        let (mut picks, mut at) = (Vec::with_capacity(lanes.len()), 0);
         for l in lanes.iter_mut() {
-            let r = l.call.rows;
-            let kc = kv.view().slice(at * d * 2..(at + r) * d * 2);
-            let sel =
-                self.phase("attn: compress, index", || self.selection(a, role, (x, whole), ix.as_ref(), at, l))?;
-            let sel = sel.map(|k| l.shared.sel[&k].view());
-            let owner = role.kv_owner.unwrap_or(role.layer);
-            let window = l.call.window(l.lane.window_floor[role.layer]).view();
-            let latents = l.lane.compressed[owner].as_ref().map_or(&empty, |c| &c.latents).view();
-            let ring = l.lane.windows[role.layer].view();
-            let keys = KeyRows { chunk: &kc, ring: &ring, latents: &latents };
-            let s = if sel.is_some() { cfg.index_topk } else { 0 };
-            if let (Some(q), Some(o)) = (q.as_ref(), o.as_mut()) {
-                let (ql, mut ol) =
-                    (q.view().slice(at * ow..(at + r) * ow), o.dev_mut().slice_mut(at * ow..(at + r) * ow));
-                let (sink, scale) = (a.sink.view(), (d as f32).powf(-0.5));
-                self.phase("attn: sparse_attn", || {
-                    ops::sparse_attn(gpu, &ql, &keys, &window, sel.as_ref(), &sink, &mut ol, (r, heads, d, w, s), scale)
-                })?;
-            }
+            let rows = fed.as_ref().filter(|_| role.is_kv_source && l.call.run_compressor);
+            let rows = rows.map(|(kv, gate)| (kv, gate.as_ref(), at));
+            picks.push(self.phase("attn: compress, index", || self.selection(a, role, rows, l))?);
+            at += l.call.rows;
+        }
+        if picks.iter().any(|p| matches!(p, Pick::Index(_))) {
+            let ix = ix.as_ref().expect("index sources get their indexer inputs");
+            self.phase("attn: compress, index", || self.select_lanes(role, ix, lanes, &picks))?;
+        }
+        let sels: Vec<Option<usize>> = picks
+            .iter()
+            .map(|p| match p {
+                Pick::Window => None,
+                Pick::Owner(o) => Some(*o),
+                Pick::Index(_) => Some(role.layer),
+            })
+            .collect();
+        if let (Some(q), Some(o)) = (q.as_ref(), o.as_mut()) {
+            self.phase("attn: sparse_attn", || self.sparse_lanes(a, role, (q, &kv), lanes, &sels, o))?;
+        }
+        // Each lane's new rows enter its ring after every lane's attention read the ring's older rows.
+        if let [l] = &mut *lanes {
             let ring = &mut l.lane.windows[role.layer];
-            ops::scatter_rows(gpu, &kc, &mut ring.view_mut(), &l.call.slots.view(), (r, d * 2, w))?;
-            at += r;
+            ops::scatter_rows(gpu, &kv.view(), &mut ring.view_mut(), &l.call.slots.view(), (rows, d * 2, w))?;
+        } else {
+            let mut parts: Vec<_> = lanes
+                .iter_mut()
+                .map(|l| (l.lane.windows[role.layer].view_mut(), l.call.slot_ids.as_slice(), w))
+                .collect();
+            ops::scatter_rows_into(gpu, &kv.view(), &mut parts, d * 2)?;
         }
         if let Some(o) = o.as_mut() {
             self.phase("attn: sparse_attn", || {
@@ -133,6 +153,48 @@ impl GpuModel {
             })?;
         }
         self.attn_output(a, o.as_ref(), rows)
+    }
+
+    /// `sparse_attn` of every lane's rows, each over its own keys: one launch, or the plain kernel for a lone lane.
+    fn sparse_lanes(
+        &self,
+        a: &GAttn,
+        role: &LayerRole,
+        (q, kv): (&Buf, &Buf),
+        lanes: &[LaneAttn<'_>],
+        sels: &[Option<usize>],
+        o: &mut Buf,
+    ) -> Result<(), Error> {
+        let (gpu, cfg) = (self.gpu, self.cfg());
+        let (heads, d, w) = (a.heads, cfg.head_dim, cfg.window_size);
+        let (empty, owner) = (gpu.pool().take(2)?, role.kv_owner.unwrap_or(role.layer));
+        let s = if sels.iter().any(Option::is_some) { cfg.index_topk } else { 0 };
+        let mut views = Vec::with_capacity(lanes.len());
+        let mut at = 0;
+        for (l, sel) in lanes.iter().zip(sels) {
+            let r = l.call.rows;
+            let kc = kv.view().slice(at * d * 2..(at + r) * d * 2);
+            let window = l.call.window(l.lane.window_floor[role.layer]).view();
+            let latents = l.lane.compressed[owner].as_ref().map_or(&empty, |c| &c.latents).view();
+            let sel = sel.map(|k| l.shared.sel[&k].view());
+            views.push((kc, l.lane.windows[role.layer].view(), latents, window, sel, r));
+            at += r;
+        }
+        let keys: Vec<ops::LaneKeys<'_>> = views
+            .iter()
+            .map(|(chunk, ring, latents, window, sel, rows)| ops::LaneKeys {
+                keys: KeyRows { chunk, ring, latents },
+                window,
+                sel: sel.as_ref(),
+                rows: *rows,
+            })
+            .collect();
+        let (sink, scale) = (a.sink.view(), (d as f32).powf(-0.5));
+        if let [k] = keys.as_slice() {
+            let dims = (k.rows, heads, d, w, s);
+            return ops::sparse_attn(gpu, &q.view(), &k.keys, k.window, k.sel, &sink, &mut o.view_mut(), dims, scale);
+        }
+        ops::sparse_attn_rows(gpu, &q.view(), &keys, &sink, &mut o.view_mut(), (heads, d, w, s), scale)
     }
 
     /// The row-wise front of attention: normed low-rank query, the query (none on a rank without heads), normed KV; no RoPE yet.
@@ -192,39 +254,26 @@ impl GpuModel {
         Ok(o)
     }
 
-    /// The layer whose selection (key ids in `shared.sel`) this lane uses, `None` for window-only layers; its rows start at `at`.
+    /// Feeds this lane's compressor and says which selection (key ids in `shared.sel`) its rows use.
     fn selection(
         &self,
         a: &GAttn,
         role: &LayerRole,
-        (x, whole): (&Buf, bool),
-        ix: Option<&(Buf, Buf)>,
-        at: usize,
+        fed: Option<FedRows<'_>>,
         l: &mut LaneAttn<'_>,
-    ) -> Result<Option<usize>, Error> {
+    ) -> Result<Pick, Error> {
         if role.mode == AttnMode::Swa {
-            return Ok(None);
+            return Ok(Pick::Window);
         }
         let (call, rows) = (l.call, l.call.rows);
         let mut emitted = 0;
-        if role.is_kv_source && call.run_compressor {
-            let own;
-            let xl = match whole {
-                true => x,
-                false => {
-                    let w = self.cfg().dim * 2;
-                    let mut part = self.gpu.pool().take(rows * w)?;
-                    super::lane::copy(self.gpu, x, at * w, &mut part, 0, rows * w)?;
-                    own = part;
-                    &own
-                }
-            };
-            emitted = self.compress_rows(a, role, xl, call.pos0, rows, l.lane)?;
+        if let Some(fed) = fed {
+            emitted = self.compress_rows(a, role, fed, call.pos0, rows, l.lane)?;
         }
         if !role.is_index_source {
             let owner = role.sel_owner.expect("compressed layers have a selection owner");
             assert!(l.shared.sel.contains_key(&owner), "the selection owner runs earlier in the same forward");
-            return Ok(Some(owner));
+            return Ok(Pick::Owner(owner));
         }
         let mut key_owner = role.kv_owner.expect("compressed layers have a KV owner");
         if role.is_kv_source && (emitted > 0 || !call.run_compressor) {
@@ -232,81 +281,42 @@ impl GpuModel {
         } else if self.opts.quirks.stale_index_keys && role.is_kv_source {
             key_owner = l.lane.last_key_publisher.unwrap_or(key_owner);
         }
-        let ix = ix.expect("index sources get their indexer inputs");
-        let sel = self.select(role, (ix, at), l, key_owner)?;
-        l.shared.sel.insert(role.layer, sel);
-        Ok(Some(role.layer))
+        Ok(Pick::Index(key_owner))
     }
 
-    /// The lightning indexer of one lane: scores against the key owner's index keys, candidates, top-k as latent key ids.
-    fn select(
-        &self,
-        role: &LayerRole,
-        ((q, wts), at): (&(Buf, Buf), usize),
-        l: &mut LaneAttn<'_>,
-        key_owner: usize,
-    ) -> Result<Buf, Error> {
-        let (gpu, cfg, call, rows) = (self.gpu, self.cfg(), l.call, l.call.rows);
-        let (heads, hd, topk) = (cfg.index_n_heads, cfg.index_head_dim, cfg.index_topk);
-        let ratio = role.ratio;
-        let cap = (call.pos0 + rows) / ratio;
-        if cap == 0 {
-            if role.is_candidate_source {
-                l.shared.candidates = Some((gpu.pool().take(1)?, ratio));
-            }
-            return gpu.upload(&vec![ops::KEY_NONE; rows * topk]);
+    /// A KV source's compressor inputs of `rows` normed rows: kv (bf16 at ratio 1, else f32) and, past ratio 1, the gate (f32).
+    pub(crate) fn compress_inputs(&self, a: &GAttn, role: &LayerRole, x: &Buf, rows: usize) -> Result<Fed, Error> {
+        let gpu = self.gpu;
+        let c = a.compressor.as_ref().expect("KV sources have a compressor");
+        if role.ratio == 1 {
+            return Ok((c.wkv.forward(gpu, x, Io::Bf16, Io::Bf16, rows, 1)?, None));
         }
-        let mut sel = gpu.pool().take(rows * topk * 4)?;
-        let (qw, ww) = (heads * hd * 2, heads * 2);
-        let (q, wts) = (q.view().slice(at * qw..(at + rows) * qw), wts.view().slice(at * ww..(at + rows) * ww));
-        let c = ((hd as f64).powf(-0.5) * (heads as f64).powf(-0.5)) as f32;
-        let cache = l.lane.compressed[key_owner].as_ref().expect("key owner has a cache");
-        let keys = cache.index_k.as_ref().expect("key owners keep index keys");
-        let mut scores = gpu.pool().take(rows * cap * 4)?;
-        ops::index_scores(
-            gpu,
-            &q,
-            &wts,
-            &keys.view(),
-            &mut scores.view_mut(),
-            (rows, heads, hd, cache.groups, cap),
-            (call.pos0, ratio),
-            c,
-        )?;
-        let dims = (rows, cap, topk);
-        if role.is_candidate_source {
-            let mut mask = gpu.pool().take(rows * cap)?;
-            let cands = ops::Candidates::Make {
-                mask: &mut mask.view_mut(),
-                blocks: cfg.candidate_topk_blocks,
-                block: cfg.candidate_block_size,
-            };
-            ops::index_select(gpu, &scores.view(), cands, &mut sel.view_mut(), dims, (call.pos0, ratio))?;
-            l.shared.candidates = Some((mask, ratio));
-        } else if role.uses_candidates {
-            let (mask, src_ratio) =
-                l.shared.candidates.as_ref().expect("the candidate source runs earlier in the same forward");
-            let cands = ops::Candidates::Use { mask: &mask.view(), ratio: *src_ratio };
-            ops::index_select(gpu, &scores.view(), cands, &mut sel.view_mut(), dims, (call.pos0, ratio))?;
-        } else {
-            ops::index_select(
-                gpu,
-                &scores.view(),
-                ops::Candidates::None,
-                &mut sel.view_mut(),
-                dims,
-                (call.pos0, ratio),
-            )?;
-        }
-        Ok(sel)
+        let kv = c.wkv.forward(gpu, x, Io::Bf16, Io::F32, rows, 1)?;
+        let gate = c.wgate.as_ref().expect("ratio-2 compressors have a gate");
+        Ok((kv, Some(gate.forward(gpu, x, Io::Bf16, Io::F32, rows, 1)?)))
     }
 
-    /// Feeds normed rows at `pos0..` to a KV source's compressor; returns how many groups completed.
-    pub(crate) fn compress_rows(
+    /// The compressor inputs of every lane's rows, when any lane runs its compressor: the dense products once over all rows.
+    fn compress_lanes(
         &self,
         a: &GAttn,
         role: &LayerRole,
         x: &Buf,
+        lanes: &[LaneAttn<'_>],
+    ) -> Result<Option<Fed>, Error> {
+        if !role.is_kv_source || !lanes.iter().any(|l| l.call.run_compressor) {
+            return Ok(None);
+        }
+        let rows = lanes.iter().map(|l| l.call.rows).sum();
+        Ok(Some(self.compress_inputs(a, role, x, rows)?))
+    }
+
+    /// Feeds a KV source's compressor inputs of `rows` rows at `pos0..` (see `compress_inputs`); returns how many groups completed.
+    pub(crate) fn compress_rows(
+        &self,
+        a: &GAttn,
+        role: &LayerRole,
+        (kv, gate, at): FedRows<'_>,
         pos0: usize,
         rows: usize,
         lane: &mut GpuLane,
@@ -315,18 +325,21 @@ impl GpuModel {
         let c = a.compressor.as_ref().expect("KV sources have a compressor");
         let (ratio, d) = (role.ratio, cfg.head_dim);
         let cache = lane.compressed[role.layer].as_mut().expect("KV sources have a cache");
+        let own;
         let (pooled, groups) = if ratio == 1 {
-            (c.wkv.forward(gpu, x, Io::Bf16, Io::Bf16, rows, 1)?, rows)
+            // The lane's rows of a shared product start at row `at`; `norm` below reads a buffer from its start.
+            let pooled = match at {
+                0 => kv,
+                _ => {
+                    let mut part = gpu.pool().take(rows * d * 2)?;
+                    super::lane::copy(gpu, kv, at * d * 2, &mut part, 0, rows * d * 2)?;
+                    own = part;
+                    &own
+                }
+            };
+            (pooled, rows)
         } else {
-            let kv = c.wkv.forward(gpu, x, Io::Bf16, Io::F32, rows, 1)?;
-            let gate = c.wgate.as_ref().expect("ratio-2 compressors have a gate").forward(
-                gpu,
-                x,
-                Io::Bf16,
-                Io::F32,
-                rows,
-                1,
-            )?;
+            let gate = gate.expect("compress_inputs gives a gate past ratio 1");
             if cache.open_n != pos0 % ratio {
                 let what =
                     format!("layer {}: {} open rows at position {pos0}, ratio {ratio}", role.layer, cache.open_n);
@@ -335,11 +348,18 @@ impl GpuModel {
             let total = cache.open_n + rows;
             let (groups, left) = (total / ratio, total % ratio);
             let row = d * 4;
+            // No group completes and no rewind keeps the window: the rows join the open ones in place (ratio rows fit).
+            if groups == 0 && cache.recent.is_none() {
+                super::lane::copy(gpu, kv, at * row, &mut cache.open_kv, cache.open_n * row, rows * row)?;
+                super::lane::copy(gpu, gate, at * row, &mut cache.open_gate, cache.open_n * row, rows * row)?;
+                cache.open_n = total;
+                return Ok(0);
+            }
             let (mut skv, mut sgate) = (gpu.pool().take(total * row)?, gpu.pool().take(total * row)?);
             super::lane::copy(gpu, &cache.open_kv, 0, &mut skv, 0, cache.open_n * row)?;
             super::lane::copy(gpu, &cache.open_gate, 0, &mut sgate, 0, cache.open_n * row)?;
-            super::lane::copy(gpu, &kv, 0, &mut skv, cache.open_n * row, rows * row)?;
-            super::lane::copy(gpu, &gate, 0, &mut sgate, cache.open_n * row, rows * row)?;
+            super::lane::copy(gpu, kv, at * row, &mut skv, cache.open_n * row, rows * row)?;
+            super::lane::copy(gpu, gate, at * row, &mut sgate, cache.open_n * row, rows * row)?;
             let mut pooled = gpu.pool().take(groups.max(1) * d * 2)?;
             ops::compress_pool(gpu, &skv.view(), &sgate.view(), &mut pooled.view_mut(), (groups, ratio, d))?;
             super::lane::copy(gpu, &skv, groups * ratio * row, &mut cache.open_kv, 0, left * row)?;
@@ -348,12 +368,13 @@ impl GpuModel {
             if let Some(recent) = cache.recent.as_mut() {
                 *recent = Some((skv, sgate));
             }
-            (pooled, groups)
+            own = pooled;
+            (&own, groups)
         };
         if groups == 0 {
             return Ok(0);
         }
-        let latents = self.norm(&pooled, &c.norm, groups, d)?;
+        let latents = self.norm(pooled, &c.norm, groups, d)?;
         let first = cache.groups;
         let positions: Vec<usize> = (first..first + groups).map(|g| g * ratio).collect();
         let cs = gpu.upload(&ops::rope_table(self.rope(role.rope), &positions))?;

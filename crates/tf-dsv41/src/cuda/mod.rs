@@ -3,6 +3,7 @@
 mod attn;
 pub mod dspark;
 mod forward;
+mod index;
 pub mod kernels;
 pub mod lane;
 pub mod layer;

@@ -54,6 +54,8 @@ pub struct Call {
     /// Window key ids per distinct window floor, and each row's ring slot (−1: not kept): the same for every layer.
     pub windows: Vec<(usize, Buf)>,
     pub slots: Buf,
+    /// `slots` on the host, for launches that write several lanes' rings at once.
+    pub slot_ids: Vec<i32>,
     /// The first lane of a shared step keeps every lane's (position, rows) and RoPE tables here, built once per step.
     pub lanes_cs: std::cell::OnceCell<LaneTables>,
 }
@@ -245,6 +247,7 @@ impl GpuModel {
             run_compressor: true,
             windows,
             slots: self.gpu.upload(&slots)?,
+            slot_ids: slots,
             lanes_cs: std::cell::OnceCell::new(),
         })
     }

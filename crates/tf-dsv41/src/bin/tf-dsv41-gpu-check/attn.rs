@@ -1,6 +1,6 @@
-//! `sparse_attn` (≤ 2 bf16 ulps) and `compress_pool` (≤ 1): same op order as the CPU, only `exp` may round apart.
+//! `sparse_attn` (≤ 2 bf16 ulps; several lanes in one launch: equal bits) and `compress_pool` (≤ 1): the CPU's op order, only `exp` may round apart.
 
-use crate::util::{Diff, bf16s, diff_bf16, download_bf16, normals, poisoned_bf16};
+use crate::util::{BF16_POISON, Diff, bf16s, diff_bf16, download_bf16, normals, poisoned_bf16};
 use tf_core::bf16;
 use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
@@ -162,7 +162,67 @@ pub fn check_sparse(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Res
         let diff = check_attn_case(gpu, rng, c)?;
         report.row("sparse_attn", c.name, diff.describe("bf16 ulp (≤ 2)"), diff.pass(2.0));
     }
+    let (same, total) = check_rows(gpu, rng)?;
+    let what = format!("{same} of {total} values equal each lane's launch alone");
+    report.row("sparse_attn_rows", "3 lanes of 1, 3, 2 rows; 5, 0, 40 latents; bad ids", what, same == total);
     Ok(())
+}
+
+/// Three lanes' rows in one `sparse_attn_rows` launch against `sparse_attn` per lane: (equal bf16 values, all values).
+fn check_rows(gpu: &Gpu, rng: &mut SplitMix64) -> Result<(usize, usize), Error> {
+    let (heads, d, w, s) = (4, 64, 16, 24);
+    let case =
+        |rows, latents| AttnCase { name: "", rows, heads, d, w, s, latents, empty_row: None, bad_ids: true, sel: true };
+    let cases = [case(1, 5), case(3, 0), case(2, 40)];
+    let mut ups = Vec::new();
+    let (mut alone, mut q_all) = (Vec::new(), Vec::new());
+    for c in &cases {
+        let q = bf16s(rng, c.rows * heads * d, 2.0);
+        let (chunk, ring) = (gpu.upload(&bf16s(rng, c.rows * d, 1.0))?, gpu.upload(&bf16s(rng, w * d, 1.0))?);
+        // An empty latent set is 8 bytes, under one row, as in `check_attn_case`.
+        let lat = if c.latents == 0 { gpu.upload(&[0u16; 4])? } else { gpu.upload(&bf16s(rng, c.latents * d, 1.0))? };
+        let window: Vec<i32> = (0..c.rows * w).map(|_| random_id(rng, c, false)).collect();
+        let sel: Vec<i32> = (0..c.rows * s).map(|_| random_id(rng, c, true)).collect();
+        let (wd, sd, qd) = (gpu.upload(&window)?, gpu.upload(&sel)?, gpu.upload(&q)?);
+        ups.push((chunk, ring, lat, wd, sd));
+        q_all.extend(q);
+        let (chunk, ring, lat, wd, sd) = ups.last().expect("pushed above");
+        let (cv, rv, lv, sv) = (chunk.view(), ring.view(), lat.view(), sd.view());
+        let keys = KeyRows { chunk: &cv, ring: &rv, latents: &lv };
+        let (mut out, sink) = (poisoned_bf16(gpu, c.rows * heads * d)?, gpu.upload(&vec![0.5f32; heads])?);
+        let shape = (c.rows, heads, d, w, s);
+        ops::sparse_attn(
+            gpu,
+            &qd.view(),
+            &keys,
+            &wd.view(),
+            Some(&sv),
+            &sink.view(),
+            &mut out.view_mut(),
+            shape,
+            0.125,
+        )?;
+        alone.extend(download_bf16(gpu, &out)?);
+    }
+    let views: Vec<_> =
+        ups.iter().map(|(c, r, l, wd, sd)| (c.view(), r.view(), l.view(), wd.view(), sd.view())).collect();
+    let lanes: Vec<ops::LaneKeys<'_>> = views
+        .iter()
+        .zip(&cases)
+        .map(|((chunk, ring, latents, window, sel), c)| ops::LaneKeys {
+            keys: KeyRows { chunk, ring, latents },
+            window,
+            sel: Some(sel),
+            rows: c.rows,
+        })
+        .collect();
+    let (qd, sink) = (gpu.upload(&q_all)?, gpu.upload(&vec![0.5f32; heads])?);
+    let mut out = poisoned_bf16(gpu, alone.len())?;
+    ops::sparse_attn_rows(gpu, &qd.view(), &lanes, &sink.view(), &mut out.view_mut(), (heads, d, w, s), 0.125)?;
+    let joint = download_bf16(gpu, &out)?;
+    // A value left at the poison (NaN) pattern was never written, so it counts as unequal even where both are.
+    let same = joint.iter().zip(&alone).filter(|(a, b)| a.to_bits() == b.to_bits() && a.to_bits() != BF16_POISON);
+    Ok((same.count(), alone.len()))
 }
 
 /// Pooling of `groups` groups of `ratio` rows of width `d`, within 1 bf16 ulp of the CPU.

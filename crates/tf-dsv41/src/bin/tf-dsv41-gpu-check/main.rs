@@ -6,6 +6,7 @@ mod e2e;
 mod engram;
 mod graphs;
 mod index;
+mod index_rows;
 mod lanes;
 mod lengths;
 mod lin;
@@ -56,6 +57,7 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
     run_one("sparse_attn", &mut |r| attn::check_sparse(gpu, rng, r));
     run_one("index_scores", &mut |r| index::check_scores(gpu, rng, r));
     run_one("index_select", &mut |r| index::check_select(gpu, rng, r));
+    run_one("index rows", &mut |r| index_rows::check(gpu, rng, r));
     // End to end last: the op sections above say which kernel to blame when it fails.
     for kind in [TinyKind::Tiny, TinyKind::Small] {
         run_one(&format!("e2e {}", kind.name()), &mut |r| e2e::check(gpu, rng, r, kind));

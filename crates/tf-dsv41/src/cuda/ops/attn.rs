@@ -2,7 +2,7 @@
 
 use super::{In, Out, bytes, grid, int, need};
 use crate::cuda::kernels::{ATTN, COMPRESS};
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::{DevicePtr, PushKernelArg};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu};
 
@@ -39,6 +39,42 @@ const BLOCK: usize = crate::attn::sparse::BLOCK;
 /// Shared memory a launch may use without opting in.
 const SMEM_LIMIT: usize = 48 * 1024;
 
+/// One lane's share of `sparse_attn_rows`: its rows' keys and key-id lists, as `sparse_attn` takes them.
+pub struct LaneKeys<'a> {
+    pub keys: KeyRows<'a>,
+    pub window: &'a In<'a>,
+    pub sel: Option<&'a In<'a>>,
+    pub rows: usize,
+}
+
+/// Checks one call's key rows and lists against its shape; returns the latent rows its view holds.
+fn check_keys(op: &'static str, k: &LaneKeys<'_>, (d, w, s): (usize, usize, usize)) -> Result<usize, Error> {
+    if k.sel.is_none() && s > 0 {
+        return Err(Error::Launch { op, what: format!("s = {s} selected keys but no `sel` buffer") });
+    }
+    need(op, "chunk", k.keys.chunk.len(), bytes(op, &[k.rows, d, 2])?)?;
+    need(op, "ring", k.keys.ring.len(), bytes(op, &[w, d, 2])?)?;
+    need(op, "window", k.window.len(), bytes(op, &[k.rows, w, 4])?)?;
+    if let Some(sel) = k.sel {
+        need(op, "sel", sel.len(), bytes(op, &[k.rows, s, 4])?)?;
+    }
+    Ok(k.keys.latents.len() / bytes(op, &[d, 2])?)
+}
+
+/// Dynamic shared memory of a (row, head) block over `w + s` keys of dim `d`, or an error past the limit.
+fn shared_bytes(op: &'static str, (d, w, s): (usize, usize, usize)) -> Result<usize, Error> {
+    let list = w.checked_add(s).ok_or_else(|| Error::Launch { op, what: format!("w + s = {w} + {s}") })?;
+    let smem = bytes(op, &[list, 12])? + bytes(op, &[d, 4])? + bytes(op, &[list.div_ceil(BLOCK), 8])?;
+    if smem > SMEM_LIMIT {
+        let what = format!("{list} keys of dim {d} need {smem} bytes of shared memory, over {SMEM_LIMIT}");
+        return Err(Error::Launch { op, what });
+    }
+    if d > i32::MAX as usize {
+        return Err(Error::Launch { op, what: format!("head dim {d}") });
+    }
+    Ok(smem)
+}
+
 /// `attn::sparse::attend` per (row, head): q bf16 `[rows, heads, d]` over key ids i32 `window[rows, w] ++ sel[rows, s]`.
 #[allow(clippy::too_many_arguments)]
 pub fn sparse_attn(
@@ -54,28 +90,16 @@ pub fn sparse_attn(
 ) -> Result<(), Error> {
     const OP: &str = "sparse_attn";
     // The kernel bounds-checks ids (chunk < rows, ring < w, latents < the view's rows); a bad id is an empty slot.
-    if sel.is_none() && s > 0 {
-        return Err(Error::Launch { op: OP, what: format!("s = {s} selected keys but no `sel` buffer") });
-    }
+    let lane =
+        LaneKeys { keys: KeyRows { chunk: keys.chunk, ring: keys.ring, latents: keys.latents }, window, sel, rows };
+    let latent_rows = check_keys(OP, &lane, (d, w, s))?;
     need(OP, "q", q.len(), bytes(OP, &[rows, heads, d, 2])?)?;
-    need(OP, "chunk", keys.chunk.len(), bytes(OP, &[rows, d, 2])?)?;
-    need(OP, "ring", keys.ring.len(), bytes(OP, &[w, d, 2])?)?;
-    need(OP, "window", window.len(), bytes(OP, &[rows, w, 4])?)?;
-    if let Some(sel) = sel {
-        need(OP, "sel", sel.len(), bytes(OP, &[rows, s, 4])?)?;
-    }
     need(OP, "sink", sink.len(), bytes(OP, &[heads, 4])?)?;
     need(OP, "out", out.len(), bytes(OP, &[rows, heads, d, 2])?)?;
     if rows == 0 || heads == 0 || d == 0 {
         return Ok(());
     }
-    let latent_rows = keys.latents.len() / bytes(OP, &[d, 2])?;
-    let list = w.checked_add(s).ok_or_else(|| Error::Launch { op: OP, what: format!("w + s = {w} + {s}") })?;
-    let smem = bytes(OP, &[list, 12])? + bytes(OP, &[d, 4])? + bytes(OP, &[list.div_ceil(BLOCK), 8])?;
-    if smem > SMEM_LIMIT {
-        let what = format!("{list} keys of dim {d} need {smem} bytes of shared memory, over {SMEM_LIMIT}");
-        return Err(Error::Launch { op: OP, what });
-    }
+    let smem = shared_bytes(OP, (d, w, s))?;
     let f = gpu.function(&ATTN.spec(&[]), OP)?;
     let (rows_i, heads_i, d_i, w_i) =
         (int(OP, "rows", rows)?, int(OP, "heads", heads)?, int(OP, "d", d)?, int(OP, "w", w)?);
@@ -90,7 +114,54 @@ pub fn sparse_attn(
     launch.arg(&rows_i).arg(&heads_i).arg(&d_i).arg(&w_i).arg(&s_i).arg(&latent_i).arg(&scale);
     // SAFETY: arguments match `sparse_attn(const u16* ×4, const int* ×2, const float*, u16*, int ×6, float)`; buffer sizes checked above, and the kernel bounds-checks every key id against the row counts passed.
     unsafe { launch.launch(grid((rows, heads), ATTN_THREADS, smem)) }
-        .doing(|| format!("launching {OP} on {rows} rows × {heads} heads × {list} keys"))?;
+        .doing(|| format!("launching {OP} on {rows} rows × {heads} heads × {} keys", w + s))?;
+    Ok(())
+}
+
+/// `sparse_attn` of several lanes' rows (in order in `q` and `out`) in one launch: each row reads its own lane's keys.
+pub fn sparse_attn_rows(
+    gpu: &Gpu,
+    q: &In<'_>,
+    lanes: &[LaneKeys<'_>],
+    sink: &In<'_>,
+    out: &mut Out<'_>,
+    (heads, d, w, s): (usize, usize, usize, usize),
+    scale: f32,
+) -> Result<(), Error> {
+    const OP: &str = "sparse_attn_rows";
+    let rows: usize = lanes.iter().map(|l| l.rows).sum();
+    need(OP, "q", q.len(), bytes(OP, &[rows, heads, d, 2])?)?;
+    need(OP, "sink", sink.len(), bytes(OP, &[heads, 4])?)?;
+    need(OP, "out", out.len(), bytes(OP, &[rows, heads, d, 2])?)?;
+    if rows == 0 || heads == 0 || d == 0 {
+        return Ok(());
+    }
+    let smem = shared_bytes(OP, (d, w, s))?;
+    let ptr = |v: &In<'_>| v.device_ptr(gpu.stream()).0;
+    let mut table: Vec<u64> = Vec::with_capacity(rows * 6);
+    for l in lanes {
+        let latent_rows = check_keys(OP, l, (d, w, s))?;
+        let counts = int(OP, "chunk rows", l.rows)? as u64 | (int(OP, "latent rows", latent_rows)? as u64) << 32;
+        let (chunk, ring, latents, window) = (ptr(l.keys.chunk), ptr(l.keys.ring), ptr(l.keys.latents), ptr(l.window));
+        let sel = l.sel.map_or(0, ptr);
+        // Each row's word for its lists points at its own row of them.
+        for r in 0..l.rows as u64 {
+            table.extend([chunk, ring, latents, window + r * (w as u64) * 4, sel + r * (s as u64) * 4, counts]);
+        }
+    }
+    let table = gpu.upload(&table)?;
+    let table = table.view();
+    let f = gpu.function(&ATTN.spec(&[]), OP)?;
+    let (heads_i, d_i, w_i, s_i) = (int(OP, "heads", heads)?, int(OP, "d", d)?, int(OP, "w", w)?, int(OP, "s", s)?);
+    if heads > 65535 {
+        return Err(Error::Launch { op: OP, what: format!("{heads} heads exceed the grid's y limit") });
+    }
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(q).arg(&table).arg(sink).arg(out);
+    launch.arg(&heads_i).arg(&d_i).arg(&w_i).arg(&s_i).arg(&scale);
+    // SAFETY: arguments match `sparse_attn_rows(const u16*, const u64*, const float*, u16*, int ×4, float)`; every lane's buffers were checked above, the table holds a row per row, and the kernel bounds-checks key ids against each row's counts.
+    unsafe { launch.launch(grid((rows, heads), ATTN_THREADS, smem)) }
+        .doing(|| format!("launching {OP} on {} lanes, {rows} rows × {heads} heads × {} keys", lanes.len(), w + s))?;
     Ok(())
 }
 

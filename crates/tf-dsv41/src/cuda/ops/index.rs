@@ -2,7 +2,7 @@
 
 use super::{In, Out, bytes, grid, int, need};
 use crate::cuda::kernels::INDEX;
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu};
 
@@ -141,5 +141,156 @@ pub fn index_select(
     // SAFETY: arguments match `index_select(const float*, u8*, int*, int ×9)`; sizes checked above. The kernel writes the mask only in mode 1, where it is the caller's mutable view; modes 0 and 2 only read it (mode 0 never).
     unsafe { launch.launch(grid((rows, 1), SELECT_THREADS, smem)) }
         .doing(|| format!("launching {OP} on {rows} rows × {cap} groups, top {topk}"))?;
+    Ok(())
+}
+
+/// One lane's rows of `index_scores_rows`: its index keys, its scores `[rows, (pos0 + rows) / ratio]`, and where its rows start in q and w.
+pub struct ScoreLane<'a> {
+    pub keys: In<'a>,
+    pub groups: usize,
+    pub scores: Out<'a>,
+    pub pos0: usize,
+    pub rows: usize,
+    pub at: usize,
+}
+
+/// `index_scores` of several lanes' rows of q bf16 `[rows, heads, hd]` and w `[rows, heads]` in one launch per 65,535·4 groups.
+pub fn index_scores_rows(
+    gpu: &Gpu,
+    (q, w): (&In<'_>, &In<'_>),
+    lanes: &mut [ScoreLane<'_>],
+    (heads, hd, ratio): (usize, usize, usize),
+    c: f32,
+) -> Result<(), Error> {
+    const OP: &str = "index_scores_rows";
+    let total = lanes.iter().map(|l| l.at + l.rows).max().unwrap_or(0);
+    need(OP, "q", q.len(), bytes(OP, &[total, heads, hd, 2])?)?;
+    need(OP, "w", w.len(), bytes(OP, &[total, heads, 2])?)?;
+    if heads > 32 * SCORE_MAX_HPL {
+        return Err(Error::Launch { op: OP, what: format!("{heads} heads exceed {}", 32 * SCORE_MAX_HPL) });
+    }
+    let (mut table, mut max_cap) = (Vec::<u64>::new(), 0);
+    for l in lanes.iter_mut() {
+        let cap = (l.pos0 + l.rows) / ratio.max(1);
+        expect_cap(OP, cap, (l.pos0, l.rows, ratio))?;
+        need(OP, "keys", l.keys.len(), bytes(OP, &[l.groups, hd, 2])?)?;
+        need(OP, "scores", l.scores.len(), bytes(OP, &[l.rows, cap, 4])?)?;
+        let (keys, scores) = (l.keys.device_ptr(gpu.stream()).0, l.scores.device_ptr_mut(gpu.stream()).0);
+        let counts = int(OP, "groups", l.groups)? as u64 | (int(OP, "cap", cap)? as u64) << 32;
+        for r in 0..l.rows {
+            let pos = int(OP, "position", l.pos0 + r)? as u64 | (int(OP, "row", l.at + r)? as u64) << 32;
+            table.extend([keys, scores + (r * cap * 4) as u64, counts, pos]);
+        }
+        max_cap = max_cap.max(cap);
+    }
+    let rows = table.len() / 4;
+    if rows == 0 || max_cap == 0 {
+        return Ok(());
+    }
+    let smem = bytes(OP, &[heads * (hd + 1) + heads + SCORE_WARPS * hd, 4])?;
+    if smem > SMEM_LIMIT {
+        let what = format!("{heads} heads × {hd} need {smem} bytes of shared memory, over {SMEM_LIMIT}");
+        return Err(Error::Launch { op: OP, what });
+    }
+    let table = gpu.upload(&table)?;
+    let table = table.view();
+    let f = gpu.function(&INDEX.spec(&[]), OP)?;
+    let (heads_i, hd_i, ratio_i) = (int(OP, "heads", heads)?, int(OP, "hd", hd)?, int(OP, "ratio", ratio)?);
+    for group0 in (0..max_cap).step_by(65535 * SCORE_WARPS) {
+        let group0_i = int(OP, "group0", group0)?;
+        let blocks = (max_cap - group0).div_ceil(SCORE_WARPS).min(65535);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(q).arg(w).arg(&table).arg(&heads_i).arg(&hd_i).arg(&ratio_i).arg(&c).arg(&group0_i);
+        let cfg = grid((rows, blocks), (32 * SCORE_WARPS) as u32, smem);
+        // SAFETY: arguments match `index_scores_rows(const u16* ×2, const u64*, int ×3, float, int)`; every lane's buffers were checked above and each table row names a row of q and w below `total`.
+        unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {rows} rows × {max_cap} groups"))?;
+    }
+    Ok(())
+}
+
+/// One lane's candidate mask in `index_select_rows`: none, its own to write `[rows, cap]`, or its source's to read.
+pub enum LaneMask<'a> {
+    None,
+    Make(Out<'a>),
+    Use(In<'a>),
+}
+
+/// One lane's rows of `index_select_rows`: its scores and selection `[rows, topk]`, and its mask as the launch's mode asks.
+pub struct SelectLane<'a> {
+    pub scores: In<'a>,
+    pub mask: LaneMask<'a>,
+    pub sel: Out<'a>,
+    pub pos0: usize,
+    pub rows: usize,
+}
+
+/// The candidate rule of an `index_select_rows` launch, as `Candidates` without the masks (each lane has its own).
+#[derive(Clone, Copy, Debug)]
+pub enum RowCandidates {
+    None,
+    Make { blocks: usize, block: usize },
+    Use { ratio: usize },
+}
+
+/// `index_select` of several lanes' rows in one launch; `cands` as in `index_select`, its masks per lane.
+pub fn index_select_rows(
+    gpu: &Gpu,
+    lanes: &mut [SelectLane<'_>],
+    cands: RowCandidates,
+    (topk, ratio): (usize, usize),
+) -> Result<(), Error> {
+    const OP: &str = "index_select_rows";
+    let (mode, blocks, block, src_ratio) = match cands {
+        RowCandidates::None => (0, 0, 1, 1),
+        RowCandidates::Make { blocks, block } if block > 0 => (1, blocks, block, 1),
+        RowCandidates::Use { ratio: r } if r > 0 => (2, 0, 1, r),
+        _ => return Err(Error::Launch { op: OP, what: "candidate blocks of 0 groups, or source ratio 0".into() }),
+    };
+    let (mut table, mut smem) = (Vec::<u64>::new(), 0);
+    for l in lanes.iter_mut() {
+        let cap = (l.pos0 + l.rows) / ratio.max(1);
+        expect_cap(OP, cap, (l.pos0, l.rows, ratio))?;
+        need(OP, "scores", l.scores.len(), bytes(OP, &[l.rows, cap, 4])?)?;
+        need(OP, "sel", l.sel.len(), bytes(OP, &[l.rows, topk, 4])?)?;
+        let src_cap = (l.pos0 + l.rows) / src_ratio;
+        let (mask, width) = match (&mut l.mask, mode) {
+            (LaneMask::None, 0) => (0, 0),
+            (LaneMask::Make(m), 1) => {
+                need(OP, "mask", m.len(), bytes(OP, &[l.rows, cap])?)?;
+                smem = smem.max(bytes(OP, &[cap.div_ceil(block), 5])?);
+                (m.device_ptr_mut(gpu.stream()).0, cap)
+            }
+            (LaneMask::Use(m), 2) => {
+                need(OP, "mask", m.len(), bytes(OP, &[l.rows, src_cap])?)?;
+                (m.device_ptr(gpu.stream()).0, src_cap)
+            }
+            _ => return Err(Error::Launch { op: OP, what: format!("a lane's mask does not fit mode {mode}") }),
+        };
+        let (scores, sel) = (l.scores.device_ptr(gpu.stream()).0, l.sel.device_ptr_mut(gpu.stream()).0);
+        let caps = int(OP, "cap", cap)? as u64 | (int(OP, "source cap", src_cap)? as u64) << 32;
+        for r in 0..l.rows {
+            let m = if mask == 0 { 0 } else { mask + (r * width) as u64 };
+            let pos = int(OP, "position", l.pos0 + r)? as u64;
+            table.extend([scores + (r * cap * 4) as u64, m, sel + (r * topk * 4) as u64, caps, pos]);
+        }
+    }
+    if smem > SMEM_LIMIT {
+        return Err(Error::Launch { op: OP, what: format!("candidate blocks need {smem} bytes of shared memory") });
+    }
+    let rows = table.len() / 5;
+    if rows == 0 {
+        return Ok(());
+    }
+    let table = gpu.upload(&table)?;
+    let table = table.view();
+    let f = gpu.function(&INDEX.spec(&[]), OP)?;
+    let (topk_i, ratio_i, mode_i) = (int(OP, "topk", topk)?, int(OP, "ratio", ratio)?, int(OP, "mode", mode)?);
+    let (blocks_i, block_i, src_i) =
+        (int(OP, "blocks", blocks)?, int(OP, "block", block)?, int(OP, "ratio", src_ratio)?);
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(&table).arg(&topk_i).arg(&ratio_i).arg(&mode_i).arg(&blocks_i).arg(&block_i).arg(&src_i);
+    // SAFETY: arguments match `index_select_rows(const u64*, int ×6)`; every row's scores, mask and sel were checked above, and only mode 1 writes masks, each a lane's mutable view.
+    unsafe { launch.launch(grid((rows, 1), SELECT_THREADS, smem)) }
+        .doing(|| format!("launching {OP} on {rows} rows, top {topk}"))?;
     Ok(())
 }

@@ -12,17 +12,20 @@ mod norm;
 mod rope;
 mod rows;
 
-pub use attn::{KEY_NONE, KeyRows, KeySource, compress_pool, key_id, sparse_attn};
+pub use attn::{KEY_NONE, KeyRows, KeySource, LaneKeys, compress_pool, key_id, sparse_attn, sparse_attn_rows};
 pub use convert::{exp_ln_1p, f32_to_bf16};
 pub use dense::{DENSE_VARIANTS, Io, Sum, dense, dense_defines};
 pub use engram::engram_gate;
 pub use fakequant::{qdq_fp4, qdq_fp8_pow2};
-pub use index::{Candidates, index_scores, index_select};
+pub use index::{
+    Candidates, LaneMask, RowCandidates, ScoreLane, SelectLane, index_scores, index_scores_rows, index_select,
+    index_select_rows,
+};
 pub use mhc::{hc_mixes, hc_post, hc_pre};
 pub use moe::{moe_combine, moe_combine_joined, moe_with_shared, route, swiglu};
 pub use norm::rms_norm;
 pub use rope::{rope, rope_table};
-pub use rows::{embed_rows, scatter_rows};
+pub use rows::{embed_rows, scatter_rows, scatter_rows_into};
 
 use cudarc::driver::{CudaView, CudaViewMut};
 use tf_cuda::Error;

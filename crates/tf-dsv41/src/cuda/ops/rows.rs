@@ -2,7 +2,7 @@
 
 use super::{In, Out, bytes, grid1, int, need};
 use crate::cuda::kernels::ROWS;
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::{DevicePtrMut, PushKernelArg};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::{Error, Gpu};
 
@@ -55,6 +55,48 @@ pub fn scatter_rows(
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(src).arg(dst).arg(slots).arg(&words);
     // SAFETY: arguments match `scatter_rows(const u32*, u32*, const int*, int)`; the caller's slots are below dst_rows.
+    unsafe { launch.launch(grid1(rows, 128)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+    Ok(())
+}
+
+/// `scatter_rows` of consecutive row groups of `src` in one launch: group i's rows go to `slots` of its own `dst` of `dst_rows` rows.
+pub fn scatter_rows_into(
+    gpu: &Gpu,
+    src: &In<'_>,
+    parts: &mut [(Out<'_>, &[i32], usize)],
+    row_bytes: usize,
+) -> Result<(), Error> {
+    const OP: &str = "scatter_rows_into";
+    if !row_bytes.is_multiple_of(4) {
+        return Err(Error::Launch { op: OP, what: format!("row of {row_bytes} bytes is not whole 4-byte words") });
+    }
+    let rows: usize = parts.iter().map(|p| p.1.len()).sum();
+    need(OP, "src", src.len(), bytes(OP, &[rows, row_bytes])?)?;
+    let mut table: Vec<u64> = Vec::with_capacity(rows);
+    for (dst, slots, dst_rows) in parts.iter_mut() {
+        need(OP, "dst", dst.len(), bytes(OP, &[*dst_rows, row_bytes])?)?;
+        let base = dst.device_ptr_mut(gpu.stream()).0;
+        for &s in slots.iter() {
+            // A slot is checked here, since the kernel writes where the table says.
+            table.push(match usize::try_from(s) {
+                Ok(s) if s < *dst_rows => base + (s * row_bytes) as u64,
+                Ok(s) => {
+                    return Err(Error::Launch { op: OP, what: format!("slot {s} of a {dst_rows}-row destination") });
+                }
+                Err(_) => 0,
+            });
+        }
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let table = gpu.upload(&table)?;
+    let table = table.view();
+    let f = gpu.function(&ROWS.spec(&[]), OP)?;
+    let words = int(OP, "row words", row_bytes / 4)?;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(src).arg(&table).arg(&words);
+    // SAFETY: arguments match `scatter_rows_to(const u32*, const u64*, int)`; every address in the table is a checked row of a destination.
     unsafe { launch.launch(grid1(rows, 128)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
     Ok(())
 }
