@@ -137,9 +137,14 @@ impl GpuModel {
             self.phase("attn: sparse_attn", || self.sparse_lanes(a, role, (q, &kv), lanes, &sels, o))?;
         }
         // Each lane's new rows enter its ring after every lane's attention read the ring's older rows.
-        if let [l] = &mut *lanes {
-            let ring = &mut l.lane.windows[role.layer];
-            ops::scatter_rows(gpu, &kv.view(), &mut ring.view_mut(), &l.call.slots.view(), (rows, d * 2, w))?;
+        if lanes.len() == 1 || !self.opts.joint_lanes {
+            let mut at = 0;
+            for l in lanes.iter_mut() {
+                let (r, ring) = (l.call.rows, &mut l.lane.windows[role.layer]);
+                let kc = kv.view().slice(at * d * 2..(at + r) * d * 2);
+                ops::scatter_rows(gpu, &kc, &mut ring.view_mut(), &l.call.slots.view(), (r, d * 2, w))?;
+                at += r;
+            }
         } else {
             let mut parts: Vec<_> = lanes
                 .iter_mut()
@@ -190,9 +195,16 @@ impl GpuModel {
             })
             .collect();
         let (sink, scale) = (a.sink.view(), (d as f32).powf(-0.5));
-        if let [k] = keys.as_slice() {
-            let dims = (k.rows, heads, d, w, s);
-            return ops::sparse_attn(gpu, &q.view(), &k.keys, k.window, k.sel, &sink, &mut o.view_mut(), dims, scale);
+        if keys.len() == 1 || !self.opts.joint_lanes {
+            let (ow, mut at) = (heads * d * 2, 0);
+            for k in &keys {
+                let (ql, mut ol) =
+                    (q.view().slice(at * ow..(at + k.rows) * ow), o.dev_mut().slice_mut(at * ow..(at + k.rows) * ow));
+                let dims = (k.rows, heads, d, w, s);
+                ops::sparse_attn(gpu, &ql, &k.keys, k.window, k.sel, &sink, &mut ol, dims, scale)?;
+                at += k.rows;
+            }
+            return Ok(());
         }
         ops::sparse_attn_rows(gpu, &q.view(), &keys, &sink, &mut o.view_mut(), (heads, d, w, s), scale)
     }

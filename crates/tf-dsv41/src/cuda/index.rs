@@ -16,9 +16,15 @@ impl GpuModel {
         lanes: &mut [LaneAttn<'_>],
         picks: &[Pick],
     ) -> Result<(), Error> {
-        if let ([l], [Pick::Index(key_owner)]) = (&mut *lanes, picks) {
-            let sel = self.select(role, (ix, 0), l, *key_owner)?;
-            l.shared.sel.insert(role.layer, sel);
+        if lanes.len() == 1 || !self.opts.joint_lanes {
+            let mut at = 0;
+            for (l, p) in lanes.iter_mut().zip(picks) {
+                if let Pick::Index(key_owner) = p {
+                    let sel = self.select(role, (ix, at), l, *key_owner)?;
+                    l.shared.sel.insert(role.layer, sel);
+                }
+                at += l.call.rows;
+            }
             return Ok(());
         }
         let (gpu, cfg, ratio) = (self.gpu, self.cfg(), role.ratio);

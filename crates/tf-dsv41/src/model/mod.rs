@@ -49,6 +49,9 @@ pub struct Options {
     pub sp_rows: usize,
     /// With `ep`: each rank writes every collective's ready and end times to `rank-<r>.jsonl` here (`tf_collective::Profiled`).
     pub tp_profile: Option<&'static Path>,
+    /// CUDA: a step of several lanes runs sparse attention, the indexer and the ring writes in one launch over every lane's rows.
+    /// Off until `tf-dsv41-gpu-check`'s `lanes` section has passed with it on a GPU (each lane's own launches otherwise; same bits).
+    pub joint_lanes: bool,
 }
 
 /// Which layers get MXFP4 prefill experts and which calls use them (TensorFold's TF_DS_PREFILL_MXFP4_LAYERS and MXFP4_MIN_ROWS).
@@ -95,6 +98,7 @@ impl Default for Options {
             split_heads: false,
             sp_rows: SP_ROWS,
             tp_profile: None,
+            joint_lanes: false,
         }
     }
 }

@@ -125,7 +125,14 @@ fn run() -> Result<Value, String> {
         .filter_map(|b| b.trim().parse().ok())
         .filter(|&n| n > 0)
         .collect();
-    let lanes = lanes::lanes_bench(&model, &base, &counts, (ctx, gbps), &mut rng)?;
+    // Each lane's own launches, then one launch over all lanes (`Options::joint_lanes`), in this run; the profile then takes TF_BENCH_JOINT_LANES (default 1).
+    let mut lanes = serde_json::Map::new();
+    for joint in [false, true] {
+        model.opts.joint_lanes = joint;
+        println!("[bench] lanes: joint_lanes {joint}");
+        lanes.insert(format!("joint_{joint}"), lanes::lanes_bench(&model, &base, &counts, (ctx, gbps), &mut rng)?);
+    }
+    model.opts.joint_lanes = env("TF_BENCH_JOINT_LANES", 1) == 1;
     let drafts = if drafting { draft::draft_bench(&model, &base, &mut rng)? } else { Value::Null };
     let profile = profile(&model, &base, &mut rng)?;
     drop(base);

@@ -162,15 +162,19 @@ pub fn check_sparse(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Res
         let diff = check_attn_case(gpu, rng, c)?;
         report.row("sparse_attn", c.name, diff.describe("bf16 ulp (≤ 2)"), diff.pass(2.0));
     }
-    let (same, total) = check_rows(gpu, rng)?;
-    let what = format!("{same} of {total} values equal each lane's launch alone");
-    report.row("sparse_attn_rows", "3 lanes of 1, 3, 2 rows; 5, 0, 40 latents; bad ids", what, same == total);
+    for (with_sel, name) in
+        [(true, "3 lanes of 1, 3, 2 rows; 5, 0, 40 latents; bad ids"), (false, "the same, window only")]
+    {
+        let (same, total) = check_rows(gpu, rng, with_sel)?;
+        let what = format!("{same} of {total} values equal each lane's launch alone");
+        report.row("sparse_attn_rows", name, what, same == total && total > 0);
+    }
     Ok(())
 }
 
 /// Three lanes' rows in one `sparse_attn_rows` launch against `sparse_attn` per lane: (equal bf16 values, all values).
-fn check_rows(gpu: &Gpu, rng: &mut SplitMix64) -> Result<(usize, usize), Error> {
-    let (heads, d, w, s) = (4, 64, 16, 24);
+fn check_rows(gpu: &Gpu, rng: &mut SplitMix64, with_sel: bool) -> Result<(usize, usize), Error> {
+    let (heads, d, w, s) = (4, 64, 16, if with_sel { 24 } else { 0 });
     let case =
         |rows, latents| AttnCase { name: "", rows, heads, d, w, s, latents, empty_row: None, bad_ids: true, sel: true };
     let cases = [case(1, 5), case(3, 0), case(2, 40)];
@@ -182,7 +186,8 @@ fn check_rows(gpu: &Gpu, rng: &mut SplitMix64) -> Result<(usize, usize), Error> 
         // An empty latent set is 8 bytes, under one row, as in `check_attn_case`.
         let lat = if c.latents == 0 { gpu.upload(&[0u16; 4])? } else { gpu.upload(&bf16s(rng, c.latents * d, 1.0))? };
         let window: Vec<i32> = (0..c.rows * w).map(|_| random_id(rng, c, false)).collect();
-        let sel: Vec<i32> = (0..c.rows * s).map(|_| random_id(rng, c, true)).collect();
+        // No selection (s = 0) is one unread id, never a zero-byte upload.
+        let sel: Vec<i32> = (0..(c.rows * s).max(1)).map(|_| random_id(rng, c, true)).collect();
         let (wd, sd, qd) = (gpu.upload(&window)?, gpu.upload(&sel)?, gpu.upload(&q)?);
         ups.push((chunk, ring, lat, wd, sd));
         q_all.extend(q);
@@ -212,7 +217,7 @@ fn check_rows(gpu: &Gpu, rng: &mut SplitMix64) -> Result<(usize, usize), Error> 
         .map(|((chunk, ring, latents, window, sel), c)| ops::LaneKeys {
             keys: KeyRows { chunk, ring, latents },
             window,
-            sel: Some(sel),
+            sel: with_sel.then_some(sel),
             rows: c.rows,
         })
         .collect();

@@ -1,6 +1,6 @@
 //! `index_scores_rows` and `index_select_rows` (several lanes in one launch) against each lane's own launch: equal bits.
 
-use crate::util::{normals, poisoned_f32};
+use crate::util::{F32_POISON, normals, poisoned_f32};
 use tf_core::bf16;
 use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
@@ -99,9 +99,12 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
             gpu.download::<u8>(&joint_masks[i])?.into_iter().map(u32::from).collect(),
         ];
         let a = [a_scores.clone(), a_sels.clone(), a_mask.iter().map(|&m| u32::from(m)).collect()];
+        // A value still at its poison was never written, so it counts as unequal even where both hold it.
+        let poison = [F32_POISON.to_bits(), i32::MIN as u32, 0xAA];
         for k in 0..3 {
             all[k] += a[k].len();
-            same[k] += a[k].iter().zip(&j[k]).filter(|(x, y)| x == y).count() * usize::from(a[k].len() == j[k].len());
+            let equal = a[k].iter().zip(&j[k]).filter(|&(x, y)| x == y && *x != poison[k]).count();
+            same[k] += equal * usize::from(a[k].len() == j[k].len());
         }
     }
     for (k, name) in ["index_scores_rows", "index_select_rows", "candidate masks"].iter().enumerate() {

@@ -51,8 +51,9 @@ fn together<B: Backend>(b: &B, mut lanes: Vec<B::Lane>, prompts: &[Vec<u32>]) ->
 /// On `kind`: lanes in shared GPU steps == each lane alone on the GPU == each lane alone on the CPU; then one shared verify step.
 pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
     let dir = crate::e2e::TempModel::write(&format!("lanes-{}", kind.name()), kind)?;
-    for replay in [true, false] {
-        let opts = Options { replay, ..Options::default() };
+    // Each lane's own launches, then one launch over all lanes (`joint_lanes`): both must give every lane its bits alone.
+    for (replay, joint_lanes) in [(true, false), (false, false), (true, true), (false, true)] {
+        let opts = Options { replay, joint_lanes, ..Options::default() };
         let gm = GpuModel::load(&dir, opts, gpu).map_err(err)?;
         let cpu = Model::load(&dir, opts).map_err(err)?;
         let vocab = gm.cfg().vocab_size;
@@ -69,37 +70,44 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
         }
         report.row(
             "lanes in one step == alone",
-            format!("{} replay {replay}, {} lanes", kind.name(), LANES.len()),
+            format!("{} replay {replay}, joint {joint_lanes}, {} lanes", kind.name(), LANES.len()),
             format!("{same} of {total} rows equal the GPU alone, {cpu_same} the CPU alone; shared step {ms:.2} ms"),
             same == total && cpu_same == total,
         );
     }
-    let gm = GpuModel::load(&dir, Options::default(), gpu).map_err(err)?;
+    for joint_lanes in [false, true] {
+        let gm = GpuModel::load(&dir, Options { joint_lanes, ..Options::default() }, gpu).map_err(err)?;
+        verify_lanes(&gm, rng, report, &format!("{} joint {joint_lanes}", kind.name()))?;
+    }
+    Ok(())
+}
+
+/// Verify windows of three lanes in one step == each alone, then a rewind and a decode.
+fn verify_lanes(gm: &GpuModel, rng: &mut SplitMix64, report: &mut Report, name: &str) -> Result<(), Error> {
     let vocab = gm.cfg().vocab_size;
     let prompts: Vec<Vec<u32>> = [17, 4, 52].iter().map(|&l| prompt(rng, l, vocab)).collect();
     let windows: Vec<Vec<u32>> = [4, 1, 3].iter().map(|&k| prompt(rng, k, vocab)).collect();
     let mut lanes = Vec::new();
     for p in &prompts {
         let mut l = gm.new_lane()?;
-        plan::prefill(&gm, &mut l, p, true, &[]).map_err(err)?;
+        plan::prefill(gm, &mut l, p, true, &[]).map_err(err)?;
         lanes.push(l);
     }
     let refs: Vec<&[u32]> = windows.iter().map(Vec::as_slice).collect();
-    let got = plan::verify_lanes(&gm, &mut lanes.iter_mut().collect::<Vec<_>>(), &refs, &[]).map_err(err)?;
+    let got = plan::verify_lanes(gm, &mut lanes.iter_mut().collect::<Vec<_>>(), &refs, &[]).map_err(err)?;
     let mut ok = 0;
     for (i, p) in prompts.iter().enumerate() {
         let mut l = gm.new_lane()?;
-        plan::prefill(&gm, &mut l, p, true, &[]).map_err(err)?;
-        ok += usize::from(plan::verify(&gm, &mut l, &windows[i], &[]).map_err(err)? == got[i]);
-        plan::rewind(&gm, &mut lanes[i], 1).map_err(err)?;
-        plan::rewind(&gm, &mut l, 1).map_err(err)?;
+        plan::prefill(gm, &mut l, p, true, &[]).map_err(err)?;
+        ok += usize::from(plan::verify(gm, &mut l, &windows[i], &[]).map_err(err)? == got[i]);
+        plan::rewind(gm, &mut lanes[i], 1).map_err(err)?;
+        plan::rewind(gm, &mut l, 1).map_err(err)?;
         let t = [argmax(&got[i][0])];
         ok += usize::from(
-            plan::decode(&gm, &mut lanes[i], &t, &[]).map_err(err)?
-                == plan::decode(&gm, &mut l, &t, &[]).map_err(err)?,
+            plan::decode(gm, &mut lanes[i], &t, &[]).map_err(err)? == plan::decode(gm, &mut l, &t, &[]).map_err(err)?,
         );
     }
     let what = format!("{ok} of 6: windows of 4, 1 and 3 rows, then a rewind to 1 row and a decode");
-    report.row("lanes verify in one step == alone", kind.name().to_string(), what, ok == 6);
+    report.row("lanes verify in one step == alone", name.to_string(), what, ok == 6);
     Ok(())
 }

@@ -58,7 +58,8 @@ fn check_keys(op: &'static str, k: &LaneKeys<'_>, (d, w, s): (usize, usize, usiz
     if let Some(sel) = k.sel {
         need(op, "sel", sel.len(), bytes(op, &[k.rows, s, 4])?)?;
     }
-    Ok(k.keys.latents.len() / bytes(op, &[d, 2])?)
+    // A zero head dim holds no rows (the launch returns before it runs).
+    Ok(if d == 0 { 0 } else { k.keys.latents.len() / bytes(op, &[d, 2])? })
 }
 
 /// Dynamic shared memory of a (row, head) block over `w + s` keys of dim `d`, or an error past the limit.
