@@ -76,6 +76,24 @@ fn shared_bytes(op: &'static str, (d, w, s): (usize, usize, usize)) -> Result<us
     Ok(smem)
 }
 
+/// Checks q, sink and out of a call of `rows` rows; `None` when it has nothing to run, else the launch's shared memory.
+fn check_call(
+    op: &'static str,
+    (q, sink, out): (&In<'_>, &In<'_>, &Out<'_>),
+    (rows, heads, d, w, s): (usize, usize, usize, usize, usize),
+) -> Result<Option<usize>, Error> {
+    need(op, "q", q.len(), bytes(op, &[rows, heads, d, 2])?)?;
+    need(op, "sink", sink.len(), bytes(op, &[heads, 4])?)?;
+    need(op, "out", out.len(), bytes(op, &[rows, heads, d, 2])?)?;
+    if rows == 0 || heads == 0 || d == 0 {
+        return Ok(None);
+    }
+    if heads > 65535 {
+        return Err(Error::Launch { op, what: format!("{heads} heads exceed the grid's y limit") });
+    }
+    shared_bytes(op, (d, w, s)).map(Some)
+}
+
 /// `attn::sparse::attend` per (row, head): q bf16 `[rows, heads, d]` over key ids i32 `window[rows, w] ++ sel[rows, s]`.
 #[allow(clippy::too_many_arguments)]
 pub fn sparse_attn(
@@ -94,20 +112,11 @@ pub fn sparse_attn(
     let lane =
         LaneKeys { keys: KeyRows { chunk: keys.chunk, ring: keys.ring, latents: keys.latents }, window, sel, rows };
     let latent_rows = check_keys(OP, &lane, (d, w, s))?;
-    need(OP, "q", q.len(), bytes(OP, &[rows, heads, d, 2])?)?;
-    need(OP, "sink", sink.len(), bytes(OP, &[heads, 4])?)?;
-    need(OP, "out", out.len(), bytes(OP, &[rows, heads, d, 2])?)?;
-    if rows == 0 || heads == 0 || d == 0 {
-        return Ok(());
-    }
-    let smem = shared_bytes(OP, (d, w, s))?;
+    let Some(smem) = check_call(OP, (q, sink, &*out), (rows, heads, d, w, s))? else { return Ok(()) };
     let f = gpu.function(&ATTN.spec(&[]), OP)?;
     let (rows_i, heads_i, d_i, w_i) =
         (int(OP, "rows", rows)?, int(OP, "heads", heads)?, int(OP, "d", d)?, int(OP, "w", w)?);
     let (s_i, latent_i) = (int(OP, "s", s)?, int(OP, "latent rows", latent_rows)?);
-    if heads > 65535 {
-        return Err(Error::Launch { op: OP, what: format!("{heads} heads exceed the grid's y limit") });
-    }
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(q).arg(keys.chunk).arg(keys.ring).arg(keys.latents).arg(window);
     // Without a selection the kernel never reads `sel` (s = 0); any valid pointer stands in.
@@ -131,13 +140,7 @@ pub fn sparse_attn_rows(
 ) -> Result<(), Error> {
     const OP: &str = "sparse_attn_rows";
     let rows: usize = lanes.iter().map(|l| l.rows).sum();
-    need(OP, "q", q.len(), bytes(OP, &[rows, heads, d, 2])?)?;
-    need(OP, "sink", sink.len(), bytes(OP, &[heads, 4])?)?;
-    need(OP, "out", out.len(), bytes(OP, &[rows, heads, d, 2])?)?;
-    if rows == 0 || heads == 0 || d == 0 {
-        return Ok(());
-    }
-    let smem = shared_bytes(OP, (d, w, s))?;
+    let Some(smem) = check_call(OP, (q, sink, &*out), (rows, heads, d, w, s))? else { return Ok(()) };
     let ptr = |v: &In<'_>| v.device_ptr(gpu.stream()).0;
     let mut table: Vec<u64> = Vec::with_capacity(rows * 6);
     for l in lanes {
@@ -154,9 +157,6 @@ pub fn sparse_attn_rows(
     let table = table.view();
     let f = gpu.function(&ATTN.spec(&[]), OP)?;
     let (heads_i, d_i, w_i, s_i) = (int(OP, "heads", heads)?, int(OP, "d", d)?, int(OP, "w", w)?, int(OP, "s", s)?);
-    if heads > 65535 {
-        return Err(Error::Launch { op: OP, what: format!("{heads} heads exceed the grid's y limit") });
-    }
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(q).arg(&table).arg(sink).arg(out);
     launch.arg(&heads_i).arg(&d_i).arg(&w_i).arg(&s_i).arg(&scale);

@@ -26,6 +26,12 @@ fn expect_cap(op: &'static str, cap: usize, (pos0, rows, ratio): (usize, usize, 
     int(op, "pos0 + rows", pos0 + rows).map(|_| ())
 }
 
+/// The score width of a lane's rows, `(pos0 + rows) / ratio`, with `expect_cap`'s checks.
+fn cap_of(op: &'static str, (pos0, rows, ratio): (usize, usize, usize)) -> Result<usize, Error> {
+    let cap = (pos0 + rows) / ratio.max(1);
+    expect_cap(op, cap, (pos0, rows, ratio)).map(|_| cap)
+}
+
 /// `attn::index_score` of q bf16 `[rows, heads, hd]`, w `[rows, heads]`, keys `[groups, hd]`: f32 `[rows, cap]`.
 #[allow(clippy::too_many_arguments)]
 pub fn index_scores(
@@ -171,8 +177,7 @@ pub fn index_scores_rows(
     }
     let (mut table, mut max_cap) = (Vec::<u64>::new(), 0);
     for l in lanes.iter_mut() {
-        let cap = (l.pos0 + l.rows) / ratio.max(1);
-        expect_cap(OP, cap, (l.pos0, l.rows, ratio))?;
+        let cap = cap_of(OP, (l.pos0, l.rows, ratio))?;
         need(OP, "keys", l.keys.len(), bytes(OP, &[l.groups, hd, 2])?)?;
         need(OP, "scores", l.scores.len(), bytes(OP, &[l.rows, cap, 4])?)?;
         let (keys, scores) = (l.keys.device_ptr(gpu.stream()).0, l.scores.device_ptr_mut(gpu.stream()).0);
@@ -248,8 +253,7 @@ pub fn index_select_rows(
     };
     let (mut table, mut smem) = (Vec::<u64>::new(), 0);
     for l in lanes.iter_mut() {
-        let cap = (l.pos0 + l.rows) / ratio.max(1);
-        expect_cap(OP, cap, (l.pos0, l.rows, ratio))?;
+        let cap = cap_of(OP, (l.pos0, l.rows, ratio))?;
         need(OP, "scores", l.scores.len(), bytes(OP, &[l.rows, cap, 4])?)?;
         need(OP, "sel", l.sel.len(), bytes(OP, &[l.rows, topk, 4])?)?;
         let src_cap = (l.pos0 + l.rows) / src_ratio;
