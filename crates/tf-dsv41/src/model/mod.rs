@@ -49,8 +49,7 @@ pub struct Options {
     pub sp_rows: usize,
     /// With `ep`: each rank writes every collective's ready and end times to `rank-<r>.jsonl` here (`tf_collective::Profiled`).
     pub tp_profile: Option<&'static Path>,
-    /// CUDA: a step of several lanes runs sparse attention, the indexer and the ring writes in one launch over every lane's rows.
-    /// Off until `tf-dsv41-gpu-check`'s `lanes` section has passed with it on a GPU (each lane's own launches otherwise; same bits).
+    /// CUDA: several lanes' sparse attention, indexer and ring writes in one launch each; off until a GPU check passes (docs/perf-notes.md).
     pub joint_lanes: bool,
 }
 
