@@ -160,7 +160,7 @@ impl GpuModel {
         self.attn_output(a, o.as_ref(), rows)
     }
 
-    /// `sparse_attn` of every lane's rows, each over its own keys: one launch, or the plain kernel for a lone lane.
+    /// `sparse_attn` of every lane's rows, each over its own keys: one launch with `joint_lanes`, else a launch per lane.
     fn sparse_lanes(
         &self,
         a: &GAttn,

@@ -8,7 +8,7 @@ use crate::config::LayerRole;
 use tf_cuda::Error;
 
 impl GpuModel {
-    /// Runs the indexer of every lane picked for it (`Pick::Index`) and keeps each lane's selection in its `shared.sel`.
+    /// Runs the indexer of every lane picked for it (`Pick::Index`), in one launch per kernel with `joint_lanes`; keeps each selection in `shared.sel`.
     pub(super) fn select_lanes(
         &self,
         role: &LayerRole,
