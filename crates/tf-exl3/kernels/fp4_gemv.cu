@@ -86,11 +86,29 @@ __device__ __forceinline__ u32 smem_need(int seg, int m) {
     return 4u * (u32)(R * seg * XBLK + RT * m * R * part_stride(seg));
 }
 
+// Activation row r is row r of xq and writes row r of y.
+struct Dense {
+    __device__ __forceinline__ int x(int r) const { return r; }
+    __device__ __forceinline__ int y(int r) const { return r; }
+    __device__ __forceinline__ bool live(int) const { return true; }
+};
+
+// Row r of a grouped tile: activation row xr[r], output row yr[r]; rows past count repeat the last one and write nothing.
+struct Gathered {
+    const int* xr;
+    const int* yr;
+    int count;
+    __device__ __forceinline__ int x(int r) const { return xr[r]; }
+    __device__ __forceinline__ int y(int r) const { return yr[r]; }
+    __device__ __forceinline__ bool live(int r) const { return r < count; }
+};
+
 // Rows n0..n0+G of one GEMV: thread t owns K block t % seg of each segment and rows t / seg + m*i, so a warp reads 512 contiguous bytes.
+template <class Rows>
 __device__ __forceinline__ void gemv_tile(const u8* __restrict__ w, const u8* __restrict__ ws,
                                           const u8* __restrict__ xq, const float* __restrict__ xs,
                                           float* __restrict__ y, int ystride, int n, int k, int seg, int n0,
-                                          float* smem) {
+                                          float* smem, const Rows rows) {
     const int t = threadIdx.x, m = blockDim.x / seg, kbl = t % seg, phase = t / seg;
     const int kbt = k / 32, ps = part_stride(seg), nout = RT * m * R;
     const size_t wrow = (size_t)k / 2;
@@ -116,14 +134,14 @@ __device__ __forceinline__ void gemv_tile(const u8* __restrict__ w, const u8* __
         // This segment's activation codes as f32, decoded once per block of the grid.
         for (int i = t; i < R * nb * 8; i += blockDim.x) {
             const int r = i / (nb * 8), j = i % (nb * 8);
-            const u32 q = __ldg(reinterpret_cast<const u32*>(xq + (size_t)r * k + (size_t)kb0 * 32) + j);
+            const u32 q = __ldg(reinterpret_cast<const u32*>(xq + (size_t)rows.x(r) * k + (size_t)kb0 * 32) + j);
             *reinterpret_cast<float4*>(xf + (r * seg + j / 8) * XBLK + (j % 8) * 4) = e4m3x4_to_f32(q);
         }
         __syncthreads();
         if (kvalid) {
             float sx[R];
 #pragma unroll
-            for (int r = 0; r < R; ++r) sx[r] = __ldg(xs + (size_t)r * kbt + kb);
+            for (int r = 0; r < R; ++r) sx[r] = __ldg(xs + (size_t)rows.x(r) * kbt + kb);
             float xr[XREG ? R : 1][32];
             if (XREG) {
 #pragma unroll
@@ -189,7 +207,7 @@ __device__ __forceinline__ void gemv_tile(const u8* __restrict__ w, const u8* __
     }
     if (t < nout) {
         const int g = t / R, r = t % R;
-        if (n0 + g < n) y[(size_t)r * ystride + n0 + g] = acc;
+        if (n0 + g < n && rows.live(r)) y[(size_t)rows.y(r) * ystride + n0 + g] = acc;
     }
 }
 
@@ -209,7 +227,7 @@ fp4_gemv(const u8* __restrict__ w, const u8* __restrict__ ws, const u8* __restri
     extern __shared__ __align__(16) float smem[];
     check_plan(seg);
     const int n0 = blockIdx.x * RT * (blockDim.x / seg);
-    gemv_tile(w, ws, xq, xs, y, n, n, k, seg, n0, smem);
+    gemv_tile(w, ws, xq, xs, y, n, n, k, seg, n0, smem, Dense{});
 }
 
 #if FP4_ROWS == 1
@@ -228,6 +246,93 @@ fp4_gemv_routed(const u8* const* __restrict__ wptr, const u8* const* __restrict_
             if (n0 + g < n) yp[n0 + g] = __uint_as_float(0x7FC00000u);
         return;
     }
-    gemv_tile(wptr[e], sptr[e], xq + (size_t)a * k, xs + (size_t)a * (k / 32), yp, n, n, k, seg, n0, smem);
+    gemv_tile(wptr[e], sptr[e], xq + (size_t)a * k, xs + (size_t)a * (k / 32), yp, n, n, k, seg, n0, smem, Dense{});
 }
 #endif
+
+// Grouped routed experts: tile blockIdx.y is (bucket, start, count) of fp4_group's tiles; its rows are pairs order[start..start+count].
+extern "C" __global__ void __launch_bounds__(FP4_MAX_THREADS, FP4_MIN_BLOCKS)
+fp4_gemv_grouped(const u8* const* __restrict__ wptr, const u8* const* __restrict__ sptr, int experts,
+                 const int* __restrict__ tiles, const int* __restrict__ order, const u8* __restrict__ xq,
+                 const float* __restrict__ xs, int x_div, float* __restrict__ y, int n, int k, int seg) {
+    extern __shared__ __align__(16) float smem[];
+    __shared__ int xr[R], yr[R];
+    check_plan(seg);
+    const int* tile = tiles + 3 * (size_t)blockIdx.y;
+    const int e = __ldg(tile), start = __ldg(tile + 1), count = min(__ldg(tile + 2), R);
+    // Tiles past the groups' own are empty (the host sizes the grid by a bound); the test is uniform over the block.
+    if (count <= 0) return;
+    if (threadIdx.x < R) {
+        const int p = __ldg(order + start + min((int)threadIdx.x, count - 1));
+        xr[threadIdx.x] = p / x_div;
+        yr[threadIdx.x] = p;
+    }
+    __syncthreads();
+    const int n0 = blockIdx.x * RT * (blockDim.x / seg);
+    if (e < 0 || e >= experts) {
+        for (int i = threadIdx.x; i < count * RT * (blockDim.x / seg); i += blockDim.x) {
+            const int r = i % count, g = i / count;
+            if (n0 + g < n) y[(size_t)yr[r] * n + n0 + g] = __uint_as_float(0x7FC00000u);
+        }
+        return;
+    }
+    gemv_tile(wptr[e], sptr[e], xq, xs, y, n, n, k, seg, n0, smem, Gathered{xr, yr, count});
+}
+
+// Pairs by expert for fp4_gemv_grouped, one warp so it is deterministic: order[] = each bucket's pairs in pair order, bad ids last.
+extern "C" __global__ void fp4_group(const int* __restrict__ ids, int pairs, int experts, int per_tile,
+                                     int* __restrict__ order, int* __restrict__ tiles, int cap) {
+    // Buckets' counts, fill positions and first tiles; tiles[t] = (bucket, start in order, rows <= per_tile).
+    extern __shared__ int sh[];
+    __shared__ int used;
+    const int buckets = experts + 1, lane = threadIdx.x;
+    int* cnt = sh;
+    int* fill = sh + buckets;
+    int* first = sh + 2 * buckets;
+    if (blockDim.x != 32 || per_tile <= 0) __trap();
+    for (int b = lane; b < buckets; b += 32) cnt[b] = 0;
+    __syncwarp();
+    for (int p = lane; p < pairs; p += 32) {
+        const int e = __ldg(ids + p);
+        atomicAdd(&cnt[(e < 0 || e >= experts) ? experts : e], 1);
+    }
+    __syncwarp();
+    if (lane == 0) {
+        int pos = 0, t = 0;
+        for (int b = 0; b < buckets; ++b) {
+            fill[b] = pos;
+            first[b] = t;
+            pos += cnt[b];
+            t += (cnt[b] + per_tile - 1) / per_tile;
+        }
+        used = t;
+    }
+    __syncwarp();
+    // A bound the host computed wrongly would write past tiles: trap instead (a host bug, never data).
+    if (used > cap) __trap();
+    for (int b = lane; b < buckets; b += 32)
+        for (int i = 0; i * per_tile < cnt[b]; ++i) {
+            int* tl = tiles + 3 * (size_t)(first[b] + i);
+            tl[0] = b, tl[1] = fill[b] + i * per_tile, tl[2] = min(per_tile, cnt[b] - i * per_tile);
+        }
+    for (int t = used + lane; t < cap; t += 32) {
+        int* tl = tiles + 3 * (size_t)t;
+        tl[0] = 0, tl[1] = 0, tl[2] = 0;
+    }
+    __syncwarp();
+    // Stable placement, 32 pairs a round: lanes with the same bucket take consecutive slots in lane order.
+    for (int base = 0; base < pairs; base += 32) {
+        const int p = base + lane;
+        int b = -1;
+        if (p < pairs) {
+            const int e = __ldg(ids + p);
+            b = (e < 0 || e >= experts) ? experts : e;
+        }
+        const unsigned peers = __match_any_sync(0xFFFFFFFFu, b);
+        const int rank = __popc(peers & ((1u << lane) - 1u));
+        if (p < pairs) order[fill[b] + rank] = p;
+        __syncwarp();
+        if (p < pairs && rank == 0) fill[b] += __popc(peers);
+        __syncwarp();
+    }
+}

@@ -88,12 +88,12 @@ impl Fp4Plan {
         [("FP4_ROWS", self.rows.to_string()), ("FP4_RT", self.rows_per_thread.to_string())]
     }
 
-    fn config(&self, n: usize, pairs: usize) -> LaunchConfig {
+    pub(crate) fn config(&self, n: usize, pairs: usize) -> LaunchConfig {
         grid((n.div_ceil(self.tile_rows()), pairs), self.threads as u32, self.smem_bytes())
     }
 
     /// The kernel for this plan, allowed the shared memory it needs.
-    fn function(&self, gpu: &Gpu, entry: &'static str) -> Result<cudarc::driver::CudaFunction, Error> {
+    pub(crate) fn function(&self, gpu: &Gpu, entry: &'static str) -> Result<cudarc::driver::CudaFunction, Error> {
         let defines = self.defines();
         let defines: Vec<(&str, &str)> = defines.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let f = gpu.function(&FP4_GEMV.spec(&defines), entry)?;
@@ -113,7 +113,7 @@ pub(crate) fn bytes(op: &'static str, a: usize, b: usize) -> Result<usize, Error
     a.checked_mul(b).ok_or_else(|| Error::Launch { op, what: format!("{a}×{b} bytes overflow") })
 }
 
-fn check_k(op: &'static str, k: usize) -> Result<(), Error> {
+pub(crate) fn check_k(op: &'static str, k: usize) -> Result<(), Error> {
     if k > 0 && k.is_multiple_of(32) {
         return Ok(());
     }
@@ -157,11 +157,11 @@ pub fn fp4_gemv(
 /// Expert weights of one shape `[n, k/2]` + `[n, k/32]` as device pointer tables; borrows the buffers it points at.
 #[derive(Debug)]
 pub struct Fp4Experts<'g, 'b> {
-    wptr: PoolBuf<'g>,
-    sptr: PoolBuf<'g>,
-    count: usize,
-    n: usize,
-    k: usize,
+    pub(crate) wptr: PoolBuf<'g>,
+    pub(crate) sptr: PoolBuf<'g>,
+    pub(crate) count: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
     _borrows: PhantomData<&'b PoolBuf<'g>>,
 }
 

@@ -7,6 +7,8 @@ pub mod exl3_cuda;
 pub mod exl3_mma;
 pub mod exl3_prompt;
 mod fp4;
+mod fp4_grouped;
 
 pub use exl3::{Codebook, Exl3Weight};
 pub use fp4::Fp4Weight;
+pub use fp4_grouped::{Fp4Groups, fp4_gemv_grouped, fp4_group, group_cap, group_pairs};

@@ -75,6 +75,10 @@ fn fp4_gemv_specializations_compile_without_local_memory() {
             assert!(!out.ptx.contains(".local"), "fp4_gemv rows {rows}, rt {rt} for {arch}: local memory");
             assert!(out.ptx.contains(".entry fp4_gemv("), "rows {rows}: no fp4_gemv");
             assert_eq!(out.ptx.contains(".entry fp4_gemv_routed("), rows == 1, "the routed entry is the one-row build");
+            assert!(
+                out.ptx.contains(".entry fp4_gemv_grouped(") && out.ptx.contains(".entry fp4_group("),
+                "rows {rows}: no grouped entries"
+            );
         }
     }
 }

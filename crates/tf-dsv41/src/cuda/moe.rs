@@ -40,11 +40,13 @@ impl GpuModel {
             if let Some(ep) = &m.ep {
                 return self.routed_ep(m, ep, x, (&ids, &wts), rows);
             }
-            let g = w1.routed(gpu, &ids, &xq, topk, true, pairs)?;
-            let u = w3.routed(gpu, &ids, &xq, topk, true, pairs)?;
+            let groups = w1.group(gpu, &ids, pairs, self.opts.group_experts)?;
+            let by = (&ids, groups.as_ref());
+            let g = w1.routed(gpu, by, &xq, topk, true, pairs)?;
+            let u = w3.routed(gpu, by, &xq, topk, true, pairs)?;
             let mut h = gpu.pool().take(pairs * inter * 2)?;
             ops::swiglu(gpu, &g.view(), &u.view(), Some(&wts.view()), &mut h.view_mut(), (pairs, inter), m.limit)?;
-            w2.routed(gpu, &ids, &Acts::new(&h, pairs, inter), topk, false, pairs)
+            w2.routed(gpu, by, &Acts::new(&h, pairs, inter), topk, false, pairs)
         })?;
         let [s1, s2, s3] = &m.shared;
         let (sg, su) = (s1.forward_f32(gpu, &xq)?, s3.forward_f32(gpu, &xq)?);
@@ -66,11 +68,11 @@ impl GpuModel {
         let dims = (rows, topk, shared);
         ops::moe_with_shared(gpu, (&ids.view(), &wts.view()), (&mut ids2.view_mut(), &mut wts2.view_mut()), dims)?;
         let down = self.phase("moe: routed experts", || {
-            let g = m.w1.routed(gpu, &ids2, xq, k1, true, pairs)?;
-            let u = m.w3.routed(gpu, &ids2, xq, k1, true, pairs)?;
+            let g = m.w1.routed(gpu, (&ids2, None), xq, k1, true, pairs)?;
+            let u = m.w3.routed(gpu, (&ids2, None), xq, k1, true, pairs)?;
             let mut h = gpu.pool().take(pairs * inter * 2)?;
             ops::swiglu(gpu, &g.view(), &u.view(), Some(&wts2.view()), &mut h.view_mut(), (pairs, inter), m.limit)?;
-            m.w2.routed(gpu, &ids2, &Acts::new(&h, pairs, inter), k1, false, pairs)
+            m.w2.routed(gpu, (&ids2, None), &Acts::new(&h, pairs, inter), k1, false, pairs)
         })?;
         let mut y = gpu.pool().take(rows * dim * 2)?;
         ops::moe_combine_joined(gpu, &down.view(), &ids.view(), &mut y.view_mut(), (rows, topk, dim))?;

@@ -48,11 +48,11 @@ impl GpuModel {
                 _ => [&m.w1, &m.w2, &m.w3],
             };
             let xq = Acts::new(&lx, n, dim);
-            let g = w1.routed(gpu, &lid, &xq, 1, true, n)?;
-            let u = w3.routed(gpu, &lid, &xq, 1, true, n)?;
+            let g = w1.routed(gpu, (&lid, None), &xq, 1, true, n)?;
+            let u = w3.routed(gpu, (&lid, None), &xq, 1, true, n)?;
             let mut h = gpu.pool().take(n * inter * 2)?;
             ops::swiglu(gpu, &g.view(), &u.view(), Some(&lw.view()), &mut h.view_mut(), (n, inter), m.limit)?;
-            let down = w2.routed(gpu, &lid, &Acts::new(&h, n, inter), 1, false, n)?;
+            let down = w2.routed(gpu, (&lid, None), &Acts::new(&h, n, inter), 1, false, n)?;
             local = gpu.download::<f32>(&down)?;
             local.truncate(n * dim);
         }

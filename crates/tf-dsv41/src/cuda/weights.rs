@@ -10,10 +10,11 @@ use tf_core::ops::qgemm::Fp8Weight;
 use tf_cuda::ops::{Fp8Decode, WeightScale, act_quant_fp8, fp8_gemv};
 use tf_cuda::{Error, Gpu, PoolBuf};
 use tf_exl3::Fp4Weight;
-use tf_exl3::cuda::{Fp4Experts, RoutedActs, fp4_gemv_routed};
+use tf_exl3::cuda::{FP4_MAX_ROWS, Fp4Experts, RoutedActs, fp4_gemv_routed};
 use tf_exl3::exl3_cuda::GpuExl3;
 use tf_exl3::exl3_mma::{Exl3Experts, Exl3Kernels};
 use tf_exl3::exl3_prompt::with_blas;
+use tf_exl3::{Fp4Groups, fp4_gemv_grouped, fp4_group};
 
 /// A device buffer that lives as long as the model (the GPU is opened once per process).
 pub type Buf = PoolBuf<'static>;
@@ -252,11 +253,26 @@ impl Experts4 {
         }
     }
 
+    /// FP4 `ids` grouped by expert in tiles of up to 8 when they average at least `min` pairs an expert (0: never); `None`: per pair.
+    pub fn group(
+        &self,
+        gpu: &'static Gpu,
+        ids: &Buf,
+        pairs: usize,
+        min: usize,
+    ) -> Result<Option<Fp4Groups<'static>>, Error> {
+        let experts = self.len();
+        if !matches!(self, Experts4::Fp4 { .. }) || min == 0 || experts == 0 || pairs < min * experts {
+            return Ok(None);
+        }
+        fp4_group(gpu, ids, pairs, experts, (pairs / experts).min(FP4_MAX_ROWS)).map(Some)
+    }
+
     /// `pairs` routed GEMVs, f32 `[pairs, n]`: pair p reads row p / topk of `x` when `per_token`, else row p.
     pub fn routed(
         &self,
         gpu: &'static Gpu,
-        ids: &Buf,
+        (ids, groups): (&Buf, Option<&Fp4Groups<'_>>),
         x: &Acts<'_>,
         topk: usize,
         per_token: bool,
@@ -267,7 +283,10 @@ impl Experts4 {
                 let mut y = gpu.pool().take(pairs * n * 4)?;
                 let acts = if per_token { RoutedActs::PerToken { topk } } else { RoutedActs::PerPair };
                 let (codes, scales) = x.fp8(gpu)?;
-                fp4_gemv_routed(gpu, table, ids, (codes, scales), acts, &mut y, pairs)?;
+                match groups {
+                    Some(g) => fp4_gemv_grouped(gpu, table, g, (codes, scales), acts, &mut y, pairs)?,
+                    None => fp4_gemv_routed(gpu, table, ids, (codes, scales), acts, &mut y, pairs)?,
+                }
                 Ok(y)
             }
             Experts4::Exl3 { n, k, table, kernels, .. } => {

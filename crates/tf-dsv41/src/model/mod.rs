@@ -51,6 +51,8 @@ pub struct Options {
     pub tp_profile: Option<&'static Path>,
     /// CUDA: several lanes' sparse attention, indexer and ring writes in one launch each; off until a GPU check passes (docs/perf-notes.md).
     pub joint_lanes: bool,
+    /// CUDA: calls averaging at least this many routed pairs per FP4 expert run them in tiles of one expert (same bits); 0: never.
+    pub group_experts: usize,
 }
 
 /// Which layers get MXFP4 prefill experts and which calls use them (TensorFold's TF_DS_PREFILL_MXFP4_LAYERS and MXFP4_MIN_ROWS).
@@ -69,6 +71,9 @@ impl PrefillMxfp4 {
 
 /// Rows from which a tensor-parallel call splits its row-local work by rows: above any verify window, so decode gathers nothing more.
 pub const SP_ROWS: usize = 32;
+
+/// Mean routed pairs per expert from which GPU calls group them (`Options::group_experts`): prompt chunks, not decode.
+pub const GROUP_EXPERTS: usize = 4;
 
 /// Rows from which EXL3 prompt calls take the GEMM by default: run 15 put the routed experts' crossover near 256 (docs/exl3.md).
 pub const EXL3_PROMPT_MIN_ROWS: usize = 256;
@@ -98,6 +103,7 @@ impl Default for Options {
             sp_rows: SP_ROWS,
             tp_profile: None,
             joint_lanes: false,
+            group_experts: GROUP_EXPERTS,
         }
     }
 }

@@ -134,12 +134,25 @@ fn run() -> Result<Value, String> {
     }
     model.opts.joint_lanes = env("TF_BENCH_JOINT_LANES", 1) == 1;
     let drafts = if drafting { draft::draft_bench(&model, &base, &mut rng)? } else { Value::Null };
-    let profile = profile(&model, &base, &mut rng)?;
+    // TF_BENCH_GROUP_EXPERTS=0,4 profiles and prefills once per `Options::group_experts` value, in this run.
+    let groups: Vec<usize> = std::env::var("TF_BENCH_GROUP_EXPERTS")
+        .map(|l| l.split(',').filter_map(|g| g.trim().parse().ok()).collect())
+        .unwrap_or_else(|_| vec![model.opts.group_experts]);
+    let (mut profiles, mut prefills) = (Vec::new(), Vec::new());
+    for &g in &groups {
+        model.opts.group_experts = g;
+        println!("[bench] group_experts {g}");
+        profiles.push(profile(&model, &base, &mut rng)?);
+        prefills.push(if prompt == 0 { Value::Null } else { prefill(&model, prompt, chunk, budget_s, &mut rng)? });
+    }
     drop(base);
-    let prefill = if prompt == 0 { Value::Null } else { prefill(&model, prompt, chunk, budget_s, &mut rng)? };
+    let one = |mut v: Vec<Value>| if v.len() == 1 { v.remove(0) } else { Value::Array(v) };
+    let (profile, prefill) = (one(profiles), one(prefills));
     let exl3 = json!({"k": env("TF_BENCH_EXL3", 0), "prompt_gemm_rows": env("TF_BENCH_EXL3_PROMPT", 0)});
-    Ok(json!({"copy_gbps": gbps, "layers": layers, "exl3": exl3, "weights_bytes": all, "context": ctx,
-              "decode": decode, "lanes": lanes, "drafting": drafts, "profile": profile, "prefill": prefill, "ops": op_times}))
+    Ok(
+        json!({"copy_gbps": gbps, "layers": layers, "group_experts": groups, "exl3": exl3, "weights_bytes": all, "context": ctx,
+              "decode": decode, "lanes": lanes, "drafting": drafts, "profile": profile, "prefill": prefill, "ops": op_times}),
+    )
 }
 
 /// `b` rows per call on a fork of the context lane: route pass (untimed), two warm calls, then the median of STEPS.

@@ -4,6 +4,7 @@ mod exl3;
 mod exl3_bytedot;
 mod exl3_fast;
 mod exl3_gemm;
+mod fp4_grouped;
 
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
@@ -362,6 +363,8 @@ fn main() -> ExitCode {
             section(&mut report, "copy bandwidth", |r| copy_bandwidth(&gpu, r).map(|bw| copy = bw));
             section(&mut report, "fp4_gemv", |r| check_dense(&gpu, rng, r));
             section(&mut report, "fp4_gemv_routed", |r| check_routed(&gpu, rng, r));
+            section(&mut report, "fp4 grouped", |r| fp4_grouped::check(&gpu, rng, r));
+            section(&mut report, "fp4 grouped time", |r| fp4_grouped::timing(&gpu, rng, r, copy));
             section(&mut report, "timing", |r| check_timing(&gpu, rng, r, copy));
             section(&mut report, "exl3", |r| exl3::check(&gpu, rng, r, copy));
             section(&mut report, "exl3 fast", |r| exl3_fast::check(&gpu, rng, r, copy));
