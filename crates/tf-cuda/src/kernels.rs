@@ -29,11 +29,14 @@ pub const ACT_QUANT: KernelSource = KernelSource::new("act_quant", include_str!(
 /// `fp8_gemv`: block-scaled FP8 weights times 1..8 quantized activation rows, in the CPU reference's order.
 pub const FP8_GEMV: KernelSource = KernelSource::new("fp8_gemv", include_str!("../kernels/fp8_gemv.cu"));
 
+/// `fp8_gemm`: the same sums as `fp8_gemv` for prompt rows, 64 × 64 outputs a block, each weight read once per 64 rows.
+pub const FP8_GEMM: KernelSource = KernelSource::new("fp8_gemm", include_str!("../kernels/fp8_gemm.cu"));
+
 /// `rmsnorm_bf16`: RMSNorm of bf16 rows, one block per row.
 pub const RMSNORM: KernelSource = KernelSource::new("rmsnorm", include_str!("../kernels/rmsnorm.cu"));
 
 /// Every kernel source, in file-name order.
-pub const ALL: [KernelSource; 3] = [ACT_QUANT, FP8_GEMV, RMSNORM];
+pub const ALL: [KernelSource; 4] = [ACT_QUANT, FP8_GEMM, FP8_GEMV, RMSNORM];
 
 /// How to get NVRTC where a compile test cannot find it.
 pub const INSTALL_HINT: &str = "run scripts/install-nvrtc.sh (CI's .ci/run does) to put the pinned NVRTC in target/nvrtc, or point TF_NVRTC_LIB at a libnvrtc.so.13";

@@ -103,6 +103,19 @@ fn fp8_gemv_specializations_compile_without_local_memory() {
 }
 
 #[test]
+fn fp8_gemm_compiles_without_local_memory() {
+    let nvrtc = nvrtc();
+    for f32_scales in ["0", "1"] {
+        let spec = kernels::FP8_GEMM.spec(&[("FP8_WSCALE_F32", f32_scales)]);
+        for arch in Arch::ALL {
+            let out = nvrtc.compile(&spec, arch).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!out.ptx.contains(".local"), "fp8_gemm f32 scales {f32_scales} for {arch}: local memory");
+            assert!(out.ptx.contains(".entry fp8_gemm("), "no fp8_gemm entry");
+        }
+    }
+}
+
+#[test]
 fn fp8_gemv_split_specializations_compile_without_local_memory() {
     let nvrtc = nvrtc();
     // Four outputs per warp only for 1-2 rows: at 4+ rows ptxas needs 255 registers and spills (hoisted activations).

@@ -52,6 +52,8 @@ pub enum Fp8Kernel {
     Pipelined,
     /// `fp8_gemv_split`: `outs` outputs per warp, lanes taking different 32-blocks of K, `unroll` rounds in flight.
     Split { outs: usize, unroll: usize, warps: usize },
+    /// `fp8_gemm`: all rows in one launch, 64 rows × 64 outputs a block, each weight read once per 64 rows (prompts).
+    Tiled,
 }
 
 impl Fp8Kernel {
@@ -60,6 +62,7 @@ impl Fp8Kernel {
         match self {
             Fp8Kernel::Pipelined => "pipelined".into(),
             Fp8Kernel::Split { outs, unroll, warps } => format!("split o{outs} u{unroll} w{warps}"),
+            Fp8Kernel::Tiled => "tiled".into(),
         }
     }
 }
@@ -141,6 +144,9 @@ pub fn fp8_gemv_with(
     check_len(OP, "scales", scales, rows * (k / 32) * 4)?;
     check_len(OP, "y", y, rows.checked_mul(n).and_then(|v| v.checked_mul(4)).ok_or_else(|| big("rows×n"))?)?;
     let (n_i, k_i) = (as_i32(OP, "n", n)?, as_i32(OP, "k", k)?);
+    if kernel == Fp8Kernel::Tiled {
+        return fp8_gemm(gpu, (w, wscale, scale_kind), (codes, scales), y, (rows, n, k));
+    }
     for r0 in (0..rows).step_by(FP8_MAX_ROWS) {
         let group = FP8_MAX_ROWS.min(rows - r0);
         let bits = if decode == Fp8Decode::Bits { "1" } else { "0" };
@@ -156,6 +162,7 @@ pub fn fp8_gemv_with(
                     .doing(|| format!("allowing {OP} {smem} bytes of shared memory"))?;
                 (f, grid((n.div_ceil(32), 1), 256, smem))
             }
+            Fp8Kernel::Tiled => unreachable!("tiled calls return above"),
             Fp8Kernel::Split { outs, unroll, warps } => {
                 if outs == 0 || outs * group > 32 || !(1..=8).contains(&unroll) || !(1..=32).contains(&warps) {
                     return Err(Error::Launch {
@@ -175,6 +182,39 @@ pub fn fp8_gemv_with(
         launch.arg(w.dev()).arg(wscale.dev()).arg(&xq).arg(&xs).arg(&mut out).arg(&n_i).arg(&k_i);
         // SAFETY: arguments match `fp8_gemv(const u8*, const void*, const u8*, const float*, float*, int, int)`, extents checked.
         unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {group}×{n}×{k} (rows from {r0})"))?;
+    }
+    Ok(())
+}
+
+/// Rows of one `fp8_gemm` tile; the grid's y extent (at most 65535 tiles) bounds the rows of a launch.
+const GEMM_ROWS: usize = 64;
+
+/// [`fp8_gemv_with`]'s `Tiled` kernel, extents already checked: launches of up to 65535 row tiles.
+fn fp8_gemm(
+    gpu: &Gpu,
+    (w, wscale, scale_kind): (&PoolBuf<'_>, &PoolBuf<'_>, WeightScale),
+    (codes, scales): (&PoolBuf<'_>, &PoolBuf<'_>),
+    y: &mut PoolBuf<'_>,
+    (rows, n, k): (usize, usize, usize),
+) -> Result<(), Error> {
+    const OP: &str = "fp8_gemm";
+    if rows == 0 || n == 0 || k == 0 {
+        return Ok(());
+    }
+    let (n_i, k_i) = (as_i32(OP, "n", n)?, as_i32(OP, "k", k)?);
+    let f32_scales = if scale_kind == WeightScale::F32 { "1" } else { "0" };
+    let f = gpu.function(&kernels::FP8_GEMM.spec(&[("FP8_WSCALE_F32", f32_scales)]), OP)?;
+    let per = GEMM_ROWS * 65535;
+    for r0 in (0..rows).step_by(per) {
+        let count = per.min(rows - r0);
+        let rows_i = as_i32(OP, "rows", count)?;
+        let (xq, xs) = (codes.dev().slice(r0 * k..), scales.dev().slice(r0 * (k / 32) * 4..));
+        let mut out = y.dev_mut().slice_mut(r0 * n * 4..);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(w.dev()).arg(wscale.dev()).arg(&xq).arg(&xs).arg(&mut out).arg(&rows_i).arg(&n_i).arg(&k_i);
+        let cfg = grid((n.div_ceil(GEMM_ROWS), count.div_ceil(GEMM_ROWS)), 256, 0);
+        // SAFETY: arguments match `fp8_gemm(const u8*, const void*, const u8*, const float*, float*, int, int, int)`, extents checked.
+        unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {count}×{n}×{k} (rows from {r0})"))?;
     }
     Ok(())
 }

@@ -16,17 +16,17 @@ const SHAPES: [(usize, usize, usize); 4] = [(1, 4096, 4096), (4, 7168, 2048), (8
 const TOLERANCE_ABS: f32 = 0.0;
 
 /// One problem: bf16 activations, E4M3 weight codes (no NaN codes) and E8M0 scales near 1.
-struct Problem {
-    rows: usize,
-    n: usize,
-    k: usize,
-    x: Vec<bf16>,
-    w: Vec<u8>,
-    ws: Vec<u8>,
+pub(crate) struct Problem {
+    pub(crate) rows: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) x: Vec<bf16>,
+    pub(crate) w: Vec<u8>,
+    pub(crate) ws: Vec<u8>,
 }
 
 impl Problem {
-    fn random(rng: &mut SplitMix64, (rows, n, k): (usize, usize, usize)) -> Problem {
+    pub(crate) fn random(rng: &mut SplitMix64, (rows, n, k): (usize, usize, usize)) -> Problem {
         let mut x = Vec::with_capacity(rows * k);
         for i in 0..rows * k / 32 {
             // Groups of zeros (the amax floor), tiny values (subnormal codes) and a wide range of magnitudes.
@@ -47,7 +47,7 @@ impl Problem {
         Problem { rows, n, k, x, w, ws }
     }
 
-    fn shape(&self) -> String {
+    pub(crate) fn shape(&self) -> String {
         format!("{}×{}×{}", self.rows, self.n, self.k)
     }
 

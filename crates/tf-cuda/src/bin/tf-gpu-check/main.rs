@@ -3,6 +3,7 @@
 mod blas;
 mod device;
 mod fp8;
+mod gemm;
 mod norm;
 
 use std::process::ExitCode;
@@ -30,5 +31,6 @@ fn run(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) {
     section(report, "copy bandwidth", |r| device::copy_bandwidth(gpu, r).map(|bw| copy_gbps = bw));
     section(report, "rmsnorm_bf16", |r| norm::check(gpu, rng, r, copy_gbps));
     section(report, "fp8_gemv", |r| fp8::check(gpu, rng, r, copy_gbps));
+    section(report, "fp8_gemm", |r| gemm::check(gpu, rng, r, copy_gbps));
     section(report, "cublasLt", |r| blas::check(gpu, rng, r));
 }
