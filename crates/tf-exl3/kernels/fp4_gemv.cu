@@ -259,7 +259,9 @@ fp4_gemv_grouped(const u8* const* __restrict__ wptr, const u8* const* __restrict
     __shared__ int xr[R], yr[R];
     check_plan(seg);
     const int* tile = tiles + 3 * (size_t)blockIdx.y;
-    const int e = __ldg(tile), start = __ldg(tile + 1), count = min(__ldg(tile + 2), R);
+    const int e = __ldg(tile), start = __ldg(tile + 1), count = __ldg(tile + 2);
+    // Tiles made for more rows than this build's R would drop pairs: a host bug, never data.
+    if (count > R) __trap();
     // Tiles past the groups' own are empty (the host sizes the grid by a bound); the test is uniform over the block.
     if (count <= 0) return;
     if (threadIdx.x < R) {

@@ -98,7 +98,8 @@ impl Fp4Plan {
         let defines: Vec<(&str, &str)> = defines.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let f = gpu.function(&FP4_GEMV.spec(&defines), entry)?;
         let smem = self.smem_bytes();
-        if smem > SMEM_DEFAULT {
+        // fp4_gemv_grouped also has 8 bytes a row of static shared memory, which counts against the same 48 KiB.
+        if smem + 8 * self.rows > SMEM_DEFAULT {
             let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             f.set_attribute(attr, smem as i32).doing(|| format!("allowing {entry} {smem} bytes of shared memory"))?;
         }
