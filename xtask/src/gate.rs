@@ -11,6 +11,9 @@ use std::time::Instant;
 use tf_server::lanes::Family;
 use tf_server::tokenizer::Tokenizer;
 
+/// The share `expert-top-p` keeps: the routing weight past which issue 24 item 5 skips experts.
+pub const EXPERT_TOP_P: f32 = 0.85;
+
 /// The numerics switches a candidate may turn on (the exact path has none).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Switches {
@@ -19,10 +22,12 @@ pub struct Switches {
     pub exl3_prompt_gemm: bool,
     pub prefill_mxfp4: bool,
     pub cuda_graphs: bool,
+    /// Routed experts past 0.85 of a row's routing weight skipped (issue 24 item 5's threshold).
+    pub expert_top_p: bool,
 }
 
 impl Switches {
-    /// A comma list: `exact` (nothing), `wide-sums`, `exl3-fast`, `exl3-prompt-gemm`, `prefill-mxfp4`, `cuda-graphs`.
+    /// A comma list: `exact` (nothing), `wide-sums`, `exl3-fast`, `exl3-prompt-gemm`, `prefill-mxfp4`, `cuda-graphs`, `expert-top-p`.
     pub fn parse(list: &str) -> Result<Switches, String> {
         let mut s = Switches::default();
         for name in list.split(',').map(str::trim) {
@@ -33,6 +38,7 @@ impl Switches {
                 "exl3-prompt-gemm" => s.exl3_prompt_gemm = true,
                 "prefill-mxfp4" => s.prefill_mxfp4 = true,
                 "cuda-graphs" => s.cuda_graphs = true,
+                "expert-top-p" => s.expert_top_p = true,
                 other => return Err(format!("unknown switch `{other}`")),
             }
         }
@@ -46,6 +52,7 @@ impl Switches {
             exl3_fast: self.exl3_fast,
             exl3_prompt_gemm: self.exl3_prompt_gemm.then_some(tf_dsv41::EXL3_PROMPT_MIN_ROWS),
             prefill_mxfp4: self.prefill_mxfp4.then_some(tf_dsv41::PrefillMxfp4::DEFAULT),
+            expert_top_p: self.expert_top_p.then(|| tf_dsv41::TopP::new(EXPERT_TOP_P).expect("a share in (0, 1]")),
             ..tf_dsv41::Options::default()
         }
     }

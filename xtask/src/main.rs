@@ -38,7 +38,7 @@ commands:
       NLL / top-1 on the continuations of, a reference server; a needle test; any OpenAI server (`check --help`)
   gate --candidate SWITCHES [--model DIR] [--device cpu|cuda[:N]] [--prompts FILE] [--thresholds FILE]
        [--prefill-frac F] [--window N] [--max-positions N] [--out FILE] [--dump-ids FILE]
-      the exact path and a candidate (exact, wide-sums, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs)
+      the exact path and a candidate (exact, wide-sums, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs, expert-top-p)
       teacher-forced on assets/gate/prompts.json: KL, greedy agreement, top-1, NLL against assets/gate/thresholds.json
   gate-model install --from DIR | expand --out DIR
       install a compact gate model (tools/gate_model/compact.py) into assets/gate-model, or expand the installed one

@@ -36,6 +36,8 @@ pub struct Moe {
     pub limit: f32,
     /// `Options::prefill_mxfp4`: MXFP4 copies of EXL3 routed experts, used for calls of at least `min_rows` rows.
     pub prefill: Option<PrefillExperts>,
+    /// `Options::expert_top_p` (tier 2): each row keeps its heaviest experts until their weights reach this share.
+    pub top_p: Option<f32>,
 }
 
 /// MXFP4 copies of a layer's routed experts for prompt chunks (a tier-2 switch; decode keeps the stored experts).
@@ -99,6 +101,7 @@ impl Moe {
             norm_topk,
             limit,
             prefill: None,
+            top_p: None,
         })
     }
 
@@ -122,6 +125,10 @@ impl Moe {
         let routes: Vec<Vec<(usize, f32)>> = logits
             .chunks_exact(self.gate.out)
             .map(|l| route(l, &self.bias, self.topk, self.norm_topk, self.route_scale))
+            .map(|rt| match self.top_p {
+                Some(p) => prune_top_p(rt, p),
+                None => rt,
+            })
             .collect();
         let mut y = vec![0.0f32; rows * dim];
         let experts = match &self.prefill {
@@ -189,6 +196,22 @@ pub fn route(logits: &[f32], bias: &[f32], topk: usize, norm_topk: bool, route_s
     order.into_iter().zip(w).collect()
 }
 
+/// The picks of one row whose weights, heaviest first, are needed to reach share `p` of the row's total; the rest are skipped.
+pub fn prune_top_p(picks: Vec<(usize, f32)>, p: f32) -> Vec<(usize, f32)> {
+    let total: f32 = picks.iter().map(|(_, w)| w).sum();
+    let mut by_weight: Vec<usize> = (0..picks.len()).collect();
+    by_weight.sort_by(|&a, &b| picks[b].1.total_cmp(&picks[a].1).then(a.cmp(&b)));
+    let (mut keep, mut sum) = (vec![false; picks.len()], 0.0f32);
+    for i in by_weight {
+        keep[i] = true;
+        sum += picks[i].1;
+        if sum >= p * total {
+            break;
+        }
+    }
+    picks.into_iter().zip(keep).filter_map(|(pick, k)| k.then_some(pick)).collect()
+}
+
 /// `silu(min(g, L)) · clamp(u, ±L)`, times the routing weight before the down projection, rounded to bf16.
 pub fn swiglu(g: &[bf16], u: &[bf16], weights: Option<&[f32]>, limit: f32) -> Vec<bf16> {
     let inter = g.len() / weights.map_or(1, <[f32]>::len).max(1);
@@ -208,4 +231,19 @@ pub fn swiglu(g: &[bf16], u: &[bf16], weights: Option<&[f32]>, limit: f32) -> Ve
             to_bf16(h)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prune_top_p;
+
+    #[test]
+    fn top_p_keeps_the_heaviest_picks_in_their_order() {
+        let picks = vec![(7, 0.1), (2, 0.6), (5, 0.3)];
+        assert_eq!(prune_top_p(picks.clone(), 0.85), vec![(2, 0.6), (5, 0.3)], "0.6 + 0.3 reaches 0.85 of 1.0");
+        assert_eq!(prune_top_p(picks.clone(), 0.6), vec![(2, 0.6)], "the heaviest alone reaches 0.6");
+        assert_eq!(prune_top_p(picks.clone(), 1.0), picks, "a share of 1 keeps all");
+        // The share is of the row's own total (route_scale and unnormalized weights alike).
+        assert_eq!(prune_top_p(vec![(0, 3.0), (1, 3.0)], 0.5), vec![(0, 3.0)], "ties keep the earlier pick");
+    }
 }

@@ -135,3 +135,27 @@ fn small_model_with_the_real_vocab_loads_and_runs() {
         "an id past the vocabulary is refused"
     );
 }
+
+#[test]
+fn expert_top_p_keeps_chunking_invariance_and_changes_the_logits() {
+    let p = prompt(70);
+    let top_p = Some(tf_dsv41::TopP::new(0.5).unwrap());
+    let m = Model::load(tiny_dir(), Options { replay: false, expert_top_p: top_p, ..Options::default() }).unwrap();
+    let whole = prefill_chunked(&m, &p, p.len());
+    for chunk in [1, 7, 64] {
+        assert_eq!(prefill_chunked(&m, &p, chunk), whole, "chunk {chunk}: pruning is per row, so any chunking agrees");
+    }
+    assert_ne!(whole, prefill_chunked(&model(false), &p, p.len()), "a share of 0.5 keeps only the heavier of top-2");
+    let all = Some(tf_dsv41::TopP::new(1.0).unwrap());
+    let keep = Model::load(tiny_dir(), Options { replay: false, expert_top_p: all, ..Options::default() }).unwrap();
+    assert_eq!(
+        prefill_chunked(&keep, &p, p.len()),
+        prefill_chunked(&model(false), &p, p.len()),
+        "a share of 1 keeps every expert"
+    );
+    assert!(
+        tf_dsv41::TopP::new(0.0).is_err()
+            && tf_dsv41::TopP::new(1.5).is_err()
+            && tf_dsv41::TopP::new(f32::NAN).is_err()
+    );
+}

@@ -163,6 +163,9 @@ pub struct ServeArgs {
     /// Tier-2 switch: RMSNorm and mHC x² in 32 lanes (not gated yet)
     #[arg(long)]
     pub wide_sums: bool,
+    /// Tier-2 switch (CPU): a row skips its lightest routed experts past share P of its routing weight (not gated yet)
+    #[arg(long, value_name = "P")]
+    pub expert_top_p: Option<f32>,
     /// Record each decode step as a CUDA graph (same bits; needs --device cuda)
     #[arg(long)]
     pub cuda_graphs: bool,
@@ -304,6 +307,13 @@ impl ServeArgs {
         if self.cuda_graphs && cpu {
             return Err(crate::Error::Usage("--cuda-graphs needs --device cuda"));
         }
+        if self.expert_top_p.is_some() && !cpu {
+            return Err(crate::Error::Usage("--expert-top-p runs on the CPU only so far"));
+        }
+        let expert_top_p = match self.expert_top_p.map(tf_dsv41::TopP::new) {
+            Some(Err(_)) => return Err(crate::Error::Usage("--expert-top-p takes a share in (0, 1], at least 0.001")),
+            p => p.and_then(Result::ok),
+        };
         let limits = Limits {
             max_lanes: self.max_lanes,
             max_step_lanes: self.max_step_lanes as usize,
@@ -335,6 +345,7 @@ impl ServeArgs {
             exl3_fast: self.exl3_kernels == Exl3Kernels::Fast,
             exl3_prompt_gemm,
             prefill_mxfp4,
+            expert_top_p,
             cuda_graphs: self.cuda_graphs,
             tp: usize::from(self.tp),
             tp_deadline_ms: self.tp_deadline_ms,

@@ -53,6 +53,27 @@ pub struct Options {
     pub joint_lanes: bool,
     /// CUDA: calls averaging at least this many routed pairs per FP4 expert run them in tiles of one expert (same bits); 0: never.
     pub group_experts: usize,
+    /// Tier-2 numerics switch, off by default (`--expert-top-p P`): a row skips its lightest routed experts past share P of its weight; CPU only.
+    pub expert_top_p: Option<TopP>,
+}
+
+/// A routing-weight share for `Options::expert_top_p`, kept in thousandths so `Options` stays `Eq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopP(u16);
+
+impl TopP {
+    /// `p` in (0, 1], to the nearest thousandth; anything else is refused with the flag's name.
+    pub fn new(p: f32) -> Result<TopP> {
+        let t = (p * 1000.0).round();
+        if !(p > 0.0 && p <= 1.0 && t >= 1.0) {
+            return Err(Error::Invalid(format!("--expert-top-p {p}: a share in (0, 1], at least 0.001")));
+        }
+        Ok(TopP(t as u16))
+    }
+
+    pub fn share(self) -> f32 {
+        f32::from(self.0) / 1000.0
+    }
 }
 
 /// Which layers get MXFP4 prefill experts and which calls use them (TensorFold's TF_DS_PREFILL_MXFP4_LAYERS and MXFP4_MIN_ROWS).
@@ -104,6 +125,7 @@ impl Default for Options {
             tp_profile: None,
             joint_lanes: false,
             group_experts: GROUP_EXPERTS,
+            expert_top_p: None,
         }
     }
 }
@@ -204,6 +226,9 @@ impl Model {
                     g.split = Some(crate::tp::TableSplit::new(g.table.rows() as usize, rank, world));
                 }
             }
+        }
+        if let Some(p) = opts.expert_top_p {
+            blocks.iter_mut().for_each(|b| b.ffn.top_p = Some(p.share()));
         }
         if let Some(p) = opts.prefill_mxfp4 {
             for b in blocks.iter_mut().take(p.layers.min(cfg.n_layers / 2)) {

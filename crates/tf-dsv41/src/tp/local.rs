@@ -40,7 +40,17 @@ pub fn same_everywhere(dir: &Path, opts: &Options, comm: &dyn tf_collective::Com
     let o = opts;
     let what = format!(
         "{cfg:?} {:?}",
-        (o.replay, o.quirks, o.wide_sums, o.prefill_mxfp4, o.exl3_fast, o.exl3_prompt_gemm, o.split_heads, o.sp_rows)
+        (
+            o.replay,
+            o.quirks,
+            o.wide_sums,
+            o.prefill_mxfp4,
+            o.exl3_fast,
+            o.exl3_prompt_gemm,
+            o.split_heads,
+            o.sp_rows,
+            o.expert_top_p
+        )
     );
     // FNV-1a: the same on every host and build, unlike std's hasher.
     let h = what.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));

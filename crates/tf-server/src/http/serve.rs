@@ -31,6 +31,8 @@ pub struct ServeConfig {
     pub exl3_prompt_gemm: Option<usize>,
     /// Tier-2 switch (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for long prompt chunks; off by default.
     pub prefill_mxfp4: Option<tf_dsv41::PrefillMxfp4>,
+    /// Tier-2 switch (`--expert-top-p P`, CPU): each row skips its lightest routed experts past share P of its weight; off by default.
+    pub expert_top_p: Option<tf_dsv41::TopP>,
     /// `--cuda-graphs`: each decode step recorded and launched as one CUDA graph (same bits; off, as it measured no faster).
     pub cuda_graphs: bool,
     /// `--tp N`: N ranks (threads, or processes with `tp_addr`), routed experts (and heads, `tp_split_heads`) split between them; with `device` cuda:B, thread rank r runs on GPU B + r.
@@ -62,6 +64,7 @@ impl ServeConfig {
             exl3_fast: self.exl3_fast,
             exl3_prompt_gemm: self.exl3_prompt_gemm,
             prefill_mxfp4: self.prefill_mxfp4,
+            expert_top_p: self.expert_top_p,
             split_heads: self.tp_split_heads,
             sp_rows: self.tp_sp_rows,
             tp_profile: self.tp_profile.as_deref().map(|d| &*Box::leak(d.to_path_buf().into_boxed_path())),
@@ -111,6 +114,7 @@ impl Default for ServeConfig {
             exl3_fast: false,
             exl3_prompt_gemm: None,
             prefill_mxfp4: None,
+            expert_top_p: None,
             cuda_graphs: false,
             tp: 1,
             tp_split_heads: true,
