@@ -38,6 +38,15 @@ pub struct Moe {
     pub prefill: Option<PrefillExperts>,
     /// `Options::expert_top_p` (tier 2): each row keeps its heaviest experts until their weights reach this share.
     pub top_p: Option<f32>,
+    /// Routed picks since load, and those kept after `top_p` (a bench counts the expert reads pruning saves).
+    pub picks: std::sync::Arc<PickCount>,
+}
+
+/// Counters of routed (row, expert) picks: all of them, and those `top_p` kept.
+#[derive(Debug, Default)]
+pub struct PickCount {
+    pub routed: std::sync::atomic::AtomicU64,
+    pub kept: std::sync::atomic::AtomicU64,
 }
 
 /// MXFP4 copies of a layer's routed experts for prompt chunks (a tier-2 switch; decode keeps the stored experts).
@@ -102,6 +111,7 @@ impl Moe {
             limit,
             prefill: None,
             top_p: None,
+            picks: Default::default(),
         })
     }
 
@@ -130,6 +140,9 @@ impl Moe {
                 None => rt,
             })
             .collect();
+        let kept: usize = routes.iter().map(Vec::len).sum();
+        self.picks.routed.fetch_add((rows * self.topk) as u64, std::sync::atomic::Ordering::Relaxed);
+        self.picks.kept.fetch_add(kept as u64, std::sync::atomic::Ordering::Relaxed);
         let mut y = vec![0.0f32; rows * dim];
         let experts = match &self.prefill {
             Some(p) if rows >= p.min_rows => &p.experts,
