@@ -26,11 +26,27 @@ fn main() -> ExitCode {
 
 /// Each section runs even when an earlier one failed; a section's error or panic becomes a failed row naming it.
 fn run(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) {
-    section(report, "device", |r| device::describe(gpu, r));
+    // TF_SECTIONS=a,b runs only the sections whose names start with one of them (to split a run across device calls).
+    let only: Vec<String> =
+        std::env::var("TF_SECTIONS").map(|s| s.split(',').map(str::to_string).collect()).unwrap_or_default();
+    let picked = |name: &str| only.is_empty() || only.iter().any(|o| name.starts_with(o.as_str()));
     let mut copy_gbps = f64::NAN;
-    section(report, "copy bandwidth", |r| device::copy_bandwidth(gpu, r).map(|bw| copy_gbps = bw));
-    section(report, "rmsnorm_bf16", |r| norm::check(gpu, rng, r, copy_gbps));
-    section(report, "fp8_gemv", |r| fp8::check(gpu, rng, r, copy_gbps));
-    section(report, "fp8_gemm", |r| gemm::check(gpu, rng, r, copy_gbps));
-    section(report, "cublasLt", |r| blas::check(gpu, rng, r));
+    if picked("device") {
+        section(report, "device", |r| device::describe(gpu, r));
+    }
+    if picked("copy bandwidth") {
+        section(report, "copy bandwidth", |r| device::copy_bandwidth(gpu, r).map(|bw| copy_gbps = bw));
+    }
+    if picked("rmsnorm_bf16") {
+        section(report, "rmsnorm_bf16", |r| norm::check(gpu, rng, r, copy_gbps));
+    }
+    if picked("fp8_gemv") {
+        section(report, "fp8_gemv", |r| fp8::check(gpu, rng, r, copy_gbps));
+    }
+    if picked("fp8_gemm") {
+        section(report, "fp8_gemm", |r| gemm::check(gpu, rng, r, copy_gbps));
+    }
+    if picked("cublasLt") {
+        section(report, "cublasLt", |r| blas::check(gpu, rng, r));
+    }
 }
