@@ -212,6 +212,32 @@ pub enum RoutedActs {
     PerPair,
 }
 
+/// A routed launch's checks: activations per `acts`, outputs `[pairs, n]`; (rows per token, [n, k, experts, that] as i32).
+pub(crate) fn routed_extents(
+    op: &'static str,
+    experts: &Fp4Experts<'_, '_>,
+    (codes, scales): (&PoolBuf<'_>, &PoolBuf<'_>),
+    acts: RoutedActs,
+    y: &PoolBuf<'_>,
+    pairs: usize,
+) -> Result<(usize, [i32; 4]), Error> {
+    let (n, k) = (experts.n, experts.k);
+    let div = match acts {
+        RoutedActs::PerToken { topk } if topk > 0 && pairs.is_multiple_of(topk) => topk,
+        RoutedActs::PerToken { topk } => {
+            return Err(Error::Launch { op, what: format!("{pairs} pairs are not whole tokens of top-{topk}") });
+        }
+        RoutedActs::PerPair => 1,
+    };
+    let act_rows = pairs / div;
+    check_len(op, "codes", codes, bytes(op, act_rows, k)?)?;
+    check_len(op, "scales", scales, bytes(op, act_rows, k / 8)?)?;
+    check_len(op, "y", y, bytes(op, bytes(op, pairs, n)?, 4)?)?;
+    let ints =
+        [as_i32(op, "n", n)?, as_i32(op, "k", k)?, as_i32(op, "experts", experts.count)?, as_i32(op, "topk", div)?];
+    Ok((div, ints))
+}
+
 /// `y[p] = forward_f32` of expert `ids[p]` (i32) on its activation row (per `acts`); an id outside the table gives NaN.
 pub fn fp4_gemv_routed(
     gpu: &Gpu,
@@ -224,20 +250,8 @@ pub fn fp4_gemv_routed(
 ) -> Result<(), Error> {
     const OP: &str = "fp4_gemv_routed";
     let (n, k) = (experts.n, experts.k);
-    let div = match acts {
-        RoutedActs::PerToken { topk } if topk > 0 && pairs.is_multiple_of(topk) => topk,
-        RoutedActs::PerToken { topk } => {
-            return Err(Error::Launch { op: OP, what: format!("{pairs} pairs are not whole tokens of top-{topk}") });
-        }
-        RoutedActs::PerPair => 1,
-    };
-    let act_rows = pairs / div;
     check_len(OP, "ids", ids, bytes(OP, pairs, 4)?)?;
-    check_len(OP, "codes", codes, bytes(OP, act_rows, k)?)?;
-    check_len(OP, "scales", scales, bytes(OP, act_rows, k / 8)?)?;
-    check_len(OP, "y", y, bytes(OP, bytes(OP, pairs, n)?, 4)?)?;
-    let (n_i, k_i, e_i, div_i) =
-        (as_i32(OP, "n", n)?, as_i32(OP, "k", k)?, as_i32(OP, "experts", experts.count)?, as_i32(OP, "topk", div)?);
+    let (div, [n_i, k_i, e_i, div_i]) = routed_extents(OP, experts, (codes, scales), acts, y, pairs)?;
     if n == 0 || pairs == 0 {
         return Ok(());
     }

@@ -1,6 +1,6 @@
 //! Routed FP4 experts grouped by expert: a prompt reads and decodes an expert once per tile of its pairs, each pair's bits unchanged.
 
-use crate::cuda::{FP4_MAX_ROWS, Fp4Experts, Fp4Plan, RoutedActs, as_i32, bytes, check_len};
+use crate::cuda::{FP4_MAX_ROWS, Fp4Experts, Fp4Plan, RoutedActs, as_i32, bytes, check_len, routed_extents};
 use cudarc::driver::PushKernelArg;
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::launch::grid;
@@ -121,19 +121,7 @@ pub fn fp4_gemv_grouped(
         );
         return Err(Error::Launch { op: OP, what });
     }
-    let div = match acts {
-        RoutedActs::PerToken { topk } if topk > 0 && pairs.is_multiple_of(topk) => topk,
-        RoutedActs::PerToken { topk } => {
-            return Err(Error::Launch { op: OP, what: format!("{pairs} pairs are not whole tokens of top-{topk}") });
-        }
-        RoutedActs::PerPair => 1,
-    };
-    let act_rows = pairs / div;
-    check_len(OP, "codes", codes, bytes(OP, act_rows, k)?)?;
-    check_len(OP, "scales", scales, bytes(OP, act_rows, k / 8)?)?;
-    check_len(OP, "y", y, bytes(OP, bytes(OP, pairs, n)?, 4)?)?;
-    let (n_i, k_i, e_i, div_i) =
-        (as_i32(OP, "n", n)?, as_i32(OP, "k", k)?, as_i32(OP, "experts", experts.count)?, as_i32(OP, "topk", div)?);
+    let (_, [n_i, k_i, e_i, div_i]) = routed_extents(OP, experts, (codes, scales), acts, y, pairs)?;
     if n == 0 || pairs == 0 {
         return Ok(());
     }

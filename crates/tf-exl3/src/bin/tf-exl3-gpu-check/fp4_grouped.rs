@@ -1,10 +1,10 @@
 //! `fp4_group` and `fp4_gemv_grouped`: the device's grouping equals the CPU's, every pair equals its per-pair launch and the CPU.
 
-use super::{Report, expert, judge, random_acts, time_row, upload_acts};
+use super::{Report, judge, routed_inputs, table_of, time_row};
 use serde_json::json;
 use tf_core::rng::SplitMix64;
-use tf_cuda::{Error, Gpu, PoolBuf};
-use tf_exl3::cuda::{Fp4Experts, RoutedActs, fp4_gemv_routed};
+use tf_cuda::{Error, Gpu};
+use tf_exl3::cuda::{RoutedActs, fp4_gemv_routed};
 use tf_exl3::{fp4_gemv_grouped, fp4_group, group_pairs};
 
 /// (tokens, top-k, experts, (out, in), acts per token, rows per tile).
@@ -30,12 +30,9 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
         let pairs = tokens * topk;
         let kind = if per_token { "per token" } else { "per pair" };
         let case = format!("{tokens} tok × top-{topk} of {count}, {k}→{n}, acts {kind}, tiles of {rows}");
-        let experts: Vec<_> = (0..count).map(|_| expert(gpu, rng, n, k)).collect::<Result<_, _>>()?;
-        let refs: Vec<(&PoolBuf<'_>, &PoolBuf<'_>)> = experts.iter().map(|e| (&e.w, &e.ws)).collect();
-        let table = Fp4Experts::new(gpu, &refs, (n, k))?;
         let act_rows = if per_token { tokens } else { pairs };
-        let x = random_acts(rng, act_rows, k);
-        let (codes, scales) = upload_acts(gpu, &x)?;
+        let (experts, x, (codes, scales)) = routed_inputs(gpu, rng, count, (n, k), act_rows)?;
+        let table = table_of(gpu, &experts, (n, k))?;
         let acts = if per_token { RoutedActs::PerToken { topk } } else { RoutedActs::PerPair };
         let ids = skewed_ids(rng, pairs, count);
         let ids_d = gpu.upload(&ids)?;
@@ -77,10 +74,8 @@ fn bits(v: &[f32]) -> Vec<u32> {
 pub fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f64) -> Result<(), Error> {
     let (tokens, topk, count, n, k) = (512, 6, 64, 2304, 5120);
     let pairs = tokens * topk;
-    let experts: Vec<_> = (0..count).map(|_| expert(gpu, rng, n, k)).collect::<Result<_, _>>()?;
-    let refs: Vec<(&PoolBuf<'_>, &PoolBuf<'_>)> = experts.iter().map(|e| (&e.w, &e.ws)).collect();
-    let table = Fp4Experts::new(gpu, &refs, (n, k))?;
-    let (codes, scales) = upload_acts(gpu, &random_acts(rng, tokens, k))?;
+    let (experts, _, (codes, scales)) = routed_inputs(gpu, rng, count, (n, k), tokens)?;
+    let table = table_of(gpu, &experts, (n, k))?;
     let ids: Vec<i32> = super::random_ids(rng, tokens, topk, count);
     let ids_d = gpu.upload(&ids)?;
     let groups = fp4_group(gpu, &ids_d, pairs, count, 8)?;

@@ -215,17 +215,40 @@ fn random_ids(rng: &mut SplitMix64, tokens: usize, topk: usize, experts: usize) 
     ids
 }
 
+/// `count` random experts of `[n, k]`, and `rows` random activation rows with their codes and scales on the GPU.
+type RoutedInputs<'g> = (Vec<Expert<'g>>, Vec<bf16>, (PoolBuf<'g>, PoolBuf<'g>));
+
+fn routed_inputs<'g>(
+    gpu: &'g Gpu,
+    rng: &mut SplitMix64,
+    count: usize,
+    (n, k): (usize, usize),
+    rows: usize,
+) -> Result<RoutedInputs<'g>, Error> {
+    let experts: Vec<Expert<'g>> = (0..count).map(|_| expert(gpu, rng, n, k)).collect::<Result<_, _>>()?;
+    let x = random_acts(rng, rows, k);
+    let acts = upload_acts(gpu, &x)?;
+    Ok((experts, x, acts))
+}
+
+/// The device pointer table of `experts`.
+fn table_of<'g, 'b>(
+    gpu: &'g Gpu,
+    experts: &'b [Expert<'g>],
+    (n, k): (usize, usize),
+) -> Result<Fp4Experts<'g, 'b>, Error> {
+    let refs: Vec<(&'b PoolBuf<'g>, &'b PoolBuf<'g>)> = experts.iter().map(|e| (&e.w, &e.ws)).collect();
+    Fp4Experts::new(gpu, &refs, (n, k))
+}
+
 fn check_routed(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
     for (tokens, topk, count, (n, k), per_token) in ROUTED {
         let pairs = tokens * topk;
         let kind = if per_token { "per token" } else { "per pair" };
         let case = format!("{tokens} tok × top-{topk} of {count}, {k}→{n}, acts {kind}");
-        let experts: Vec<Expert<'_>> = (0..count).map(|_| expert(gpu, rng, n, k)).collect::<Result<_, _>>()?;
-        let refs: Vec<(&PoolBuf<'_>, &PoolBuf<'_>)> = experts.iter().map(|e| (&e.w, &e.ws)).collect();
-        let table = Fp4Experts::new(gpu, &refs, (n, k))?;
         let act_rows = if per_token { tokens } else { pairs };
-        let x = random_acts(rng, act_rows, k);
-        let (codes, scales) = upload_acts(gpu, &x)?;
+        let (experts, x, (codes, scales)) = routed_inputs(gpu, rng, count, (n, k), act_rows)?;
+        let table = table_of(gpu, &experts, (n, k))?;
         let acts = if per_token { RoutedActs::PerToken { topk } } else { RoutedActs::PerPair };
         let mut ids = random_ids(rng, tokens, topk, count);
         let run = |ids: &[i32]| -> Result<Vec<f32>, Error> {
