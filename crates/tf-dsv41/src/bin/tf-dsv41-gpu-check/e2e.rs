@@ -147,6 +147,18 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
     gates(gpu, rng, report, (kind, &dir, Options::default()), &combos, false)
 }
 
+/// The gates with routed experts grouped by expert from one pair an expert on average (`Options::group_experts`).
+pub fn check_grouped(
+    gpu: &'static Gpu,
+    rng: &mut SplitMix64,
+    report: &mut Report,
+    kind: TinyKind,
+) -> Result<(), Error> {
+    let dir = TempModel::write(&format!("e2e-grouped-{}", kind.name()), kind)?;
+    let opts = Options { group_experts: 1, ..Options::default() };
+    gates(gpu, rng, report, (kind, &dir, opts), &[(true, false), (false, false)], false)
+}
+
 /// Which EXL3 end-to-end run: the exact default, the tensor-core switch's gate, or MXFP4 prefill experts (held to the CPU's bits).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Exl3Run {
@@ -205,7 +217,8 @@ fn gates(
         let mut gm = GpuModel::load(dir, opts, gpu).map_err(err)?;
         let vocab = cpu.cfg.vocab_size;
         let wide = if wide_sums { ", wide sums" } else { "" };
-        let name = format!("{}{exl3} replay {}{wide}", kind.name(), if replay { "on" } else { "off" });
+        let grouped = if base.group_experts > 0 { " grouped experts" } else { "" };
+        let name = format!("{}{exl3}{grouped} replay {}{wide}", kind.name(), if replay { "on" } else { "off" });
         let (mut solo, mut all) = (Vec::new(), Vec::new());
         for n in LENGTHS {
             let p = prompt(rng, n, vocab);
