@@ -80,6 +80,18 @@ pub fn seed() -> u64 {
     })
 }
 
+/// `TF_SECTIONS=a,b`: the names asked for (empty: every section), to split a run across device calls.
+pub fn sections_named() -> Vec<String> {
+    std::env::var("TF_SECTIONS")
+        .map(|s| s.split(',').filter(|n| !n.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Whether section `name` runs: no names were asked for, or one of them starts it.
+pub fn picked(only: &[String], name: &str) -> bool {
+    only.is_empty() || only.iter().any(|o| name.starts_with(o.as_str()))
+}
+
 /// Runs one section, timing it, and records its error or panic as a failed row.
 pub fn section(report: &mut Report, name: &str, f: impl FnOnce(&mut Report) -> Result<(), crate::Error>) {
     let t = std::time::Instant::now();

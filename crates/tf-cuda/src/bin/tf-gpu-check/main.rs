@@ -26,10 +26,8 @@ fn main() -> ExitCode {
 
 /// Each section runs even when an earlier one failed; a section's error or panic becomes a failed row naming it.
 fn run(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) {
-    // TF_SECTIONS=a,b runs only the sections whose names start with one of them (to split a run across device calls).
-    let only: Vec<String> =
-        std::env::var("TF_SECTIONS").map(|s| s.split(',').map(str::to_string).collect()).unwrap_or_default();
-    let picked = |name: &str| only.is_empty() || only.iter().any(|o| name.starts_with(o.as_str()));
+    let only = tf_cuda::report::sections_named();
+    let picked = |name: &str| tf_cuda::report::picked(&only, name);
     let mut copy_gbps = f64::NAN;
     if picked("device") {
         section(report, "device", |r| device::describe(gpu, r));

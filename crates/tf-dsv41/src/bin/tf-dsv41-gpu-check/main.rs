@@ -42,11 +42,9 @@ fn main() -> ExitCode {
 
 /// Each section runs even when an earlier one failed; a section's error or panic becomes a failed row naming it.
 fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
-    // TF_SECTIONS=a,b runs only the sections whose names start with one of them (to split a run across device calls).
-    let only: Vec<String> =
-        std::env::var("TF_SECTIONS").map(|s| s.split(',').map(str::to_string).collect()).unwrap_or_default();
+    let only = tf_cuda::report::sections_named();
     let mut run_one = |name: &str, f: &mut dyn FnMut(&mut Report) -> Result<(), tf_cuda::Error>| {
-        if only.is_empty() || only.iter().any(|o| name.starts_with(o.as_str())) {
+        if tf_cuda::report::picked(&only, name) {
             section(report, name, |r| f(r));
         }
     };
