@@ -143,10 +143,10 @@ pub fn fp8_gemv_with(
     check_len(OP, "codes", codes, rows.checked_mul(k).ok_or_else(|| big("rows×k"))?)?;
     check_len(OP, "scales", scales, rows * (k / 32) * 4)?;
     check_len(OP, "y", y, rows.checked_mul(n).and_then(|v| v.checked_mul(4)).ok_or_else(|| big("rows×n"))?)?;
-    let (n_i, k_i) = (as_i32(OP, "n", n)?, as_i32(OP, "k", k)?);
     if kernel == Fp8Kernel::Tiled {
         return fp8_gemm(gpu, (w, wscale, scale_kind), (codes, scales), y, (rows, n, k));
     }
+    let (n_i, k_i) = (as_i32(OP, "n", n)?, as_i32(OP, "k", k)?);
     for r0 in (0..rows).step_by(FP8_MAX_ROWS) {
         let group = FP8_MAX_ROWS.min(rows - r0);
         let bits = if decode == Fp8Decode::Bits { "1" } else { "0" };

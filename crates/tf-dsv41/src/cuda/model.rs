@@ -100,13 +100,19 @@ pub(crate) fn unlocked<T>(m: &parking_lot::Mutex<T>) -> parking_lot::MutexGuard<
     m.lock()
 }
 
+/// Refuses the switches the GPU forward does not have yet, before any weight is read or uploaded.
+fn cpu_only(opts: &Options) -> Result<(), crate::Error> {
+    if opts.expert_top_p.is_some() {
+        return Err(crate::Error::Refused("--expert-top-p runs on the CPU only so far (issue 24, item 5)".into()));
+    }
+    Ok(())
+}
+
 /// The forward's steps still return tf-core's error (until the one forward plan returns `crate::Error`).
 impl GpuModel {
     /// Loads a checkpoint on the CPU, then uploads every backbone weight to `gpu`.
     pub fn load(dir: &Path, opts: Options, gpu: &'static Gpu) -> Result<GpuModel, crate::Error> {
-        if opts.expert_top_p.is_some() {
-            return Err(crate::Error::Refused("--expert-top-p runs on the CPU only so far (issue 24, item 5)".into()));
-        }
+        cpu_only(&opts)?;
         let cpu = crate::family::load_dsv41(dir, opts)?;
         Ok(GpuModel::from_cpu(cpu, gpu)?)
     }
@@ -114,9 +120,7 @@ impl GpuModel {
     /// A tensor-parallel rank loaded on the host (`tp::load_rank`), uploaded to GPU `ordinal` (`graphs`: CUDA graph decode steps).
     pub fn upload_rank(cpu: Model, ordinal: usize, graphs: bool) -> Result<GpuModel, crate::Error> {
         // A rank's MoE and split layers gather through the host, which a captured step cannot; the EXL3 GEMM picks by a rank's pair count.
-        if cpu.opts.expert_top_p.is_some() {
-            return Err(crate::Error::Refused("--expert-top-p runs on the CPU only so far (issue 24, item 5)".into()));
-        }
+        cpu_only(&cpu.opts)?;
         if graphs || cpu.opts.exl3_prompt_gemm.is_some() {
             let what = "GPU tensor-parallel ranks run without --cuda-graphs and --exl3-prompt gemm for now";
             return Err(crate::Error::Refused(what.into()));
