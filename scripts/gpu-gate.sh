@@ -11,7 +11,7 @@ if [[ ! -x gpu-carry/xtask ]]; then
 fi
 # TF_GATE_MODEL: a carried checkpoint; without one the small synthetic model is written here (mechanics only: no verdict).
 model="${TF_GATE_MODEL:-$TF_CACHE_DIR/gate-model}"
-if [[ ! -f "$model/model.safetensors.index.json" ]]; then
+if [[ ! -f "$model/model.safetensors.index.json" && ! -f "$model/model.safetensors" ]]; then
   gpu-carry/xtask make-tiny --out "$model" --config small --seed 0 2>&1 | tail -1
 fi
 rc=0

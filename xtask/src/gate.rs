@@ -290,7 +290,9 @@ pub fn gate(a: &Args) -> Result<Value, String> {
     let failures = th.failures(&total);
     let verdict = match &th.gate_model {
         None => "no verdict: no gate model is declared in the thresholds yet (random models cannot gate)".to_string(),
-        Some(g) if *g != sha => format!("no verdict: the thresholds are declared for checkpoint {g}, this is {sha}"),
+        Some(g) if !th.judges(&sha) => {
+            format!("no verdict: the thresholds are declared for checkpoint {g} and its listed copies, this is {sha}")
+        }
         Some(_) if failures.is_empty() => "pass".into(),
         Some(_) => "fail".into(),
     };

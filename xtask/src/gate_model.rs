@@ -7,17 +7,26 @@ use sha2::{Digest, Sha256};
 use tf_dsv41::gate_model::{Manifest, expand, gate_model_assets};
 
 const USAGE: &str = "\
-usage: cargo xtask gate-model install --from DIR | expand --out DIR
+usage: cargo xtask gate-model install --from DIR | expand --out DIR | exl3 --out DIR [--bits K]
 
   install --from DIR   copy DIR's model.safetensors (or its .partN pieces) and config.json into assets/gate-model,
                        expand it once and write gate-model.json (the compact and expanded sha256)
-  expand --out DIR     write the installed model in the official layout (what tf serve puts in its cache)";
+  expand --out DIR     write the installed model in the official layout (what tf serve puts in its cache)
+  exl3 --out DIR       write its EXL3 copy: every FP8/FP4 linear, the head and the bf16 linears TensorFold's
+                       published quant converts, as MUL1 trellises of K bits (default 3) from the fallback
+                       quantizer; deterministic (the same sha256 on any machine), for gating the EXL3 switches";
 
 pub fn run(args: &[String]) -> ExitCode {
-    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(PathBuf::from);
+    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
+    let flag = |name: &str| value(name).map(PathBuf::from);
     let result = match (args.first().map(String::as_str), flag("--from"), flag("--out")) {
         (Some("install"), Some(from), _) => install(&from),
         (Some("expand"), _, Some(out)) => expand_installed(&out),
+        (Some("exl3"), _, Some(out)) => match value("--bits").map(|b| b.parse::<usize>()) {
+            None => exl3_copy(&out, EXL3_BITS),
+            Some(Ok(k)) if (1..=8).contains(&k) => exl3_copy(&out, k),
+            Some(_) => Err("--bits: K from 1 to 8".into()),
+        },
         (Some("-h" | "--help") | None, ..) => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -82,4 +91,20 @@ fn expand_installed(out: &std::path::Path) -> Result<String, String> {
         return Err(format!("expanded sha256 {got}, the manifest says {}", m.expanded_sha256));
     }
     Ok(format!("{} (shard sha256 {got})", out.display()))
+}
+
+/// K of the gate model's EXL3 copy: near the 2.9 bits a weight of the published V4.1-Flash quant users run.
+pub const EXL3_BITS: usize = 3;
+
+/// Seed of the quantizer's random signs: fixed, so the copy is the same bytes everywhere.
+const EXL3_SEED: u64 = 0;
+
+fn exl3_copy(out: &std::path::Path, bits: usize) -> Result<String, String> {
+    use tf_dsv41::tiny::exl3::{Codebook, Exl3Mode, convert};
+    let t0 = std::time::Instant::now();
+    let src = tf_dsv41::gate_model::ensure(&gate_model_assets(), &tf_core::cache_dir()).map_err(|e| e.to_string())?;
+    let n = convert(&src, out, Codebook::Mul1, Exl3Mode::QuantizeAt(bits), EXL3_SEED).map_err(|e| e.to_string())?;
+    let sha = crate::gate::checkpoint_sha256(out)?;
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(format!("{}: {n} linears at K={bits} from {} in {secs:.1} s (shard sha256 {sha})", out.display(), src.display()))
 }

@@ -129,6 +129,8 @@ impl Summary {
 pub struct Thresholds {
     /// The checkpoint (sha256 over its safetensors shards) the limits were derived on; `None`: none yet.
     pub gate_model: Option<String>,
+    /// Copies of the gate model (sha256 → what each is) judged by the same limits: its EXL3 quant, which DeepSeek's reference cannot run.
+    pub copies: Vec<String>,
     pub max_kl_mean: Option<f64>,
     pub max_kl_p99: Option<f64>,
     pub min_agreement: Option<f64>,
@@ -144,12 +146,18 @@ impl Thresholds {
         };
         Ok(Thresholds {
             gate_model: v.get("gate_model").and_then(Value::as_str).map(str::to_string),
+            copies: v.get("gate_model_copies").and_then(Value::as_object).map(|m| m.keys().cloned().collect()).unwrap_or_default(),
             max_kl_mean: num("max_kl_mean")?,
             max_kl_p99: num("max_kl_p99")?,
             min_agreement: num("min_greedy_agreement")?,
             max_top1_drop: num("max_top1_drop")?,
             max_nll_increase: num("max_nll_increase")?,
         })
+    }
+
+    /// Whether checkpoint `sha` is the declared gate model or one of its declared copies.
+    pub fn judges(&self, sha: &str) -> bool {
+        self.gate_model.as_deref() == Some(sha) || self.copies.iter().any(|c| c == sha)
     }
 
     /// The limits `s` breaks, each as a sentence; empty when it passes every declared one.
@@ -172,6 +180,14 @@ impl Thresholds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gate_model_and_its_declared_copies_are_judged_and_nothing_else() {
+        let v = serde_json::json!({"gate_model": "aa", "gate_model_copies": {"bb": "its EXL3 copy"}, "max_kl_mean": 0.5});
+        let th = Thresholds::from_json(&v).unwrap();
+        assert!(th.judges("aa") && th.judges("bb") && !th.judges("cc") && !th.judges(""));
+        assert!(!Thresholds::from_json(&serde_json::json!({})).unwrap().judges("aa"));
+    }
 
     #[test]
     fn equal_rows_score_zero_and_agree() {

@@ -17,6 +17,8 @@ pub enum Exl3Mode {
     Random,
     /// The fallback quantizer (a Viterbi per tile): the source's values at `k` bits, slow beyond small matrices.
     Quantize,
+    /// The fallback quantizer at one K for every linear (`cargo xtask gate-model exl3`: the gate model's EXL3 copy).
+    QuantizeAt(usize),
 }
 
 /// The official checkpoint's bf16 linears that TensorFold's published EXL3 checkpoint holds as trellises (its `cuda/weights.py`).
@@ -103,7 +105,7 @@ fn encode(
             let rms = (w.iter().map(|v| v * v).sum::<f32>() / w.len() as f32).sqrt();
             random_weight(rng, (in_p, out_p, k), codebook, rms / 1.8)
         }
-        Exl3Mode::Quantize => {
+        Exl3Mode::Quantize | Exl3Mode::QuantizeAt(_) => {
             let mut t = vec![0.0f32; in_p * out_p];
             (0..out * inp).for_each(|i| t[(i % inp) * out_p + i / inp] = w[i]);
             quantize(&t, (in_p, out_p), k, codebook, rng.next_u64())
@@ -111,7 +113,7 @@ fn encode(
     }
 }
 
-/// Writes `dst` as `src` with every FP8/FP4 linear in EXL3 (K from 2 to 5 by tensor, `codebook`), one shard.
+/// Writes `dst` as `src` with every FP8/FP4 linear in EXL3 (K from 2 to 5 by tensor unless `QuantizeAt`, `codebook`), one shard.
 pub fn convert(src: &Path, dst: &Path, codebook: Codebook, mode: Exl3Mode, seed: u64) -> Result<usize> {
     let ck = Checkpoint::open(src)?;
     std::fs::create_dir_all(dst).map_err(|e| tf_core::Error::Invalid(format!("{}: {e}", dst.display())))?;
@@ -122,6 +124,7 @@ pub fn convert(src: &Path, dst: &Path, codebook: Codebook, mode: Exl3Mode, seed:
     let modules: Vec<&str> =
         names.iter().filter_map(|n| n.strip_suffix(".weight")).filter(|m| !m.ends_with("engram.embed")).collect();
     let mut done = std::collections::HashSet::new();
+    let bits = |i: usize| if let Exl3Mode::QuantizeAt(k) = mode { k } else { 2 + i % 4 };
     for module in modules {
         let Some((w, out, inp)) = dequant(&ck, module)? else { continue };
         // exllamav3 stores attention's grouped wo_a as one linear per output group.
@@ -134,7 +137,7 @@ pub fn convert(src: &Path, dst: &Path, codebook: Codebook, mode: Exl3Mode, seed:
         for (i, (name, rows)) in parts.iter().enumerate() {
             let part = &w[i * rows * inp..(i + 1) * rows * inp];
             tensors
-                .extend(exl3_tensors(name, &encode(part, (*rows, inp), codebook, mode, 2 + done.len() % 4, &mut rng))?);
+                .extend(exl3_tensors(name, &encode(part, (*rows, inp), codebook, mode, bits(done.len()), &mut rng))?);
         }
         done.insert(module.to_string());
     }
