@@ -146,7 +146,11 @@ impl Thresholds {
         };
         Ok(Thresholds {
             gate_model: v.get("gate_model").and_then(Value::as_str).map(str::to_string),
-            copies: v.get("gate_model_copies").and_then(Value::as_object).map(|m| m.keys().cloned().collect()).unwrap_or_default(),
+            copies: v
+                .get("gate_model_copies")
+                .and_then(Value::as_object)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default(),
             max_kl_mean: num("max_kl_mean")?,
             max_kl_p99: num("max_kl_p99")?,
             min_agreement: num("min_greedy_agreement")?,
@@ -183,7 +187,8 @@ mod tests {
 
     #[test]
     fn the_gate_model_and_its_declared_copies_are_judged_and_nothing_else() {
-        let v = serde_json::json!({"gate_model": "aa", "gate_model_copies": {"bb": "its EXL3 copy"}, "max_kl_mean": 0.5});
+        let v =
+            serde_json::json!({"gate_model": "aa", "gate_model_copies": {"bb": "its EXL3 copy"}, "max_kl_mean": 0.5});
         let th = Thresholds::from_json(&v).unwrap();
         assert!(th.judges("aa") && th.judges("bb") && !th.judges("cc") && !th.judges(""));
         assert!(!Thresholds::from_json(&serde_json::json!({})).unwrap().judges("aa"));

@@ -49,9 +49,9 @@ pub struct Options {
     pub sp_rows: usize,
     /// With `ep`: each rank writes every collective's ready and end times to `rank-<r>.jsonl` here (`tf_collective::Profiled`).
     pub tp_profile: Option<&'static Path>,
-    /// CUDA: several lanes' sparse attention, indexer and ring writes in one launch each; off until a GPU check passes (docs/perf-notes.md).
+    /// CUDA: several lanes' sparse attention, indexer and ring writes in one launch each (on: same bits, checked on an H100; docs/perf-notes.md).
     pub joint_lanes: bool,
-    /// CUDA: calls averaging at least this many routed pairs per FP4 expert run them in tiles of one expert (same bits); 0 (the default until a GPU check passes): never.
+    /// CUDA: calls averaging at least this many routed pairs per FP4 expert run them in tiles of one expert (same bits); 0: never.
     pub group_experts: usize,
     /// Tier-2 numerics switch, off by default (`--expert-top-p P`): a row skips its lightest routed experts past share P of its weight; CPU only.
     pub expert_top_p: Option<TopP>,
@@ -93,7 +93,7 @@ impl PrefillMxfp4 {
 /// Rows from which a tensor-parallel call splits its row-local work by rows: above any verify window, so decode gathers nothing more.
 pub const SP_ROWS: usize = 32;
 
-/// Mean routed pairs per expert from which GPU calls should group them once checked (`Options::group_experts`): prompt chunks, not decode.
+/// Mean routed pairs per expert from which GPU calls group them (`Options::group_experts`): prompt chunks, not decode.
 pub const GROUP_EXPERTS: usize = 4;
 
 /// Rows from which EXL3 prompt calls take the GEMM by default: run 15 put the routed experts' crossover near 256 (docs/exl3.md).
@@ -123,8 +123,8 @@ impl Default for Options {
             split_heads: false,
             sp_rows: SP_ROWS,
             tp_profile: None,
-            joint_lanes: false,
-            group_experts: 0,
+            joint_lanes: true,
+            group_experts: GROUP_EXPERTS,
             expert_top_p: None,
         }
     }

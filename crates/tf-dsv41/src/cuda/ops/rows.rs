@@ -92,7 +92,7 @@ pub fn scatter_rows_into(
     }
     let table = gpu.upload(&table)?;
     let table = table.view();
-    let f = gpu.function(&ROWS.spec(&[]), OP)?;
+    let f = gpu.function(&ROWS.spec(&[]), "scatter_rows_to")?;
     let words = int(OP, "row words", row_bytes / 4)?;
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(src).arg(&table).arg(&words);
