@@ -40,8 +40,9 @@ commands:
        [--prefill-frac F] [--window N] [--max-positions N] [--out FILE] [--dump-ids FILE]
       the exact path and a candidate (exact, wide-sums, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs, expert-top-p)
       teacher-forced on assets/gate/prompts.json: KL, greedy agreement, top-1, NLL against assets/gate/thresholds.json
-  gate-model install --from DIR | expand --out DIR
-      install a compact gate model (tools/gate_model/compact.py) into assets/gate-model, or expand the installed one
+  gate-model install --from DIR | expand --out DIR | exl3 --out DIR [--bits K]
+      install a compact gate model (tools/gate_model/compact.py) into assets/gate-model, expand the installed one,
+      or write its deterministic EXL3 copy (K bits, default 3) for gating the EXL3 switches
   lean-check [--root DIR] [--update-baseline]
       check the lean rules (file length, one-line comments) against lean-baseline.txt
   make-tiny --out DIR [--config tiny|small] [--seed N]
