@@ -23,5 +23,5 @@ pub mod wquant;
 
 pub use config::{Config, ConfigError};
 pub use error::Error;
-pub use model::{EXL3_PROMPT_MIN_ROWS, GROUP_EXPERTS, Model, Options, PrefillMxfp4, SP_ROWS, TopP};
+pub use model::{EXL3_PROMPT_MIN_ROWS, GROUP_EXPERTS, Model, Options, PrefillMxfp4, SP_ROWS, TILED_EXPERTS, TopP};
 pub use tf_engram::IoMode as EngramIo;

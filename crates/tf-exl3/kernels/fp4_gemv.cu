@@ -338,3 +338,143 @@ extern "C" __global__ void fp4_group(const int* __restrict__ ids, int pairs, int
         __syncwarp();
     }
 }
+
+#if FP4_ROWS == 1
+namespace {
+// The tiled kernel: a block computes 64 pair rows × 64 outputs of one expert; thread (ty, tx) of 16 × 16 owns rows 4ty.. and outputs 4tx..
+constexpr int TBM = 64, TBN = 64, TTM = 4, TTN = 4, TTHREADS = 256;
+// Shared planes [lane][c][64 + 8 padding]: a row's element 8c+lane at [lane][c][row]; the padding spreads banks.
+constexpr int TPLANE = TBM + 8;
+static_assert(TBM == TBN && TBM / TTM * (TBN / TTN) == TTHREADS, "one micro-tile per thread");
+
+// Lane `lane`'s sums for the thread's 4 × 4 (row, output) pairs: fma onto +0.0 over c, as gemv_tile's v[r][l].
+__device__ __forceinline__ void tile_lane(const float* xp, const float* wp, int lane, int ty, int tx, float (&v)[TTM][TTN]) {
+#pragma unroll
+    for (int i = 0; i < TTM; ++i)
+#pragma unroll
+        for (int j = 0; j < TTN; ++j) v[i][j] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        const float4 xs = *reinterpret_cast<const float4*>(xp + (lane * 4 + c) * TPLANE + TTM * ty);
+        const float4 ws = *reinterpret_cast<const float4*>(wp + (lane * 4 + c) * TPLANE + TTN * tx);
+        const float xv[TTM] = {xs.x, xs.y, xs.z, xs.w}, wv[TTN] = {ws.x, ws.y, ws.z, ws.w};
+#pragma unroll
+        for (int i = 0; i < TTM; ++i)
+#pragma unroll
+            for (int j = 0; j < TTN; ++j) v[i][j] = __fmaf_rn(xv[i], wv[j], v[i][j]);
+    }
+}
+
+// Two lanes' sums added pairwise: dst = lane a + lane b, the tree's first level.
+__device__ __forceinline__ void tile_pair(const float* xp, const float* wp, int a, int b, int ty, int tx, float (&dst)[TTM][TTN]) {
+    float va[TTM][TTN], vb[TTM][TTN];
+    tile_lane(xp, wp, a, ty, tx, va);
+    tile_lane(xp, wp, b, ty, tx, vb);
+#pragma unroll
+    for (int i = 0; i < TTM; ++i)
+#pragma unroll
+        for (int j = 0; j < TTN; ++j) dst[i][j] = __fadd_rn(va[i][j], vb[i][j]);
+}
+}  // namespace
+
+// fp4_gemv_grouped's result from tiles of up to 64 pairs: each 32-block of codes decoded once per tile into shared planes, the same ops per output.
+extern "C" __global__ void __launch_bounds__(TTHREADS, 2)
+fp4_gemm_grouped(const u8* const* __restrict__ wptr, const u8* const* __restrict__ sptr, int experts,
+                 const int* __restrict__ tiles, const int* __restrict__ order, const u8* __restrict__ xq,
+                 const float* __restrict__ xs, int x_div, float* __restrict__ y, int n, int k) {
+    __shared__ __align__(16) float xp[32 * TPLANE];
+    __shared__ __align__(16) float wp[32 * TPLANE];
+    __shared__ float sx[TBM], sw[TBN];
+    __shared__ int xr[TBM], yr[TBM];
+    if (blockDim.x != TTHREADS) __trap();
+    const int* tile = tiles + 3 * (size_t)blockIdx.y;
+    const int e = __ldg(tile), start = __ldg(tile + 1), count = __ldg(tile + 2);
+    // Tiles made for more rows than a block holds would drop pairs: a host bug, never data.
+    if (count > TBM) __trap();
+    // Tiles past the groups' own are empty (the host sizes the grid by a bound); the test is uniform over the block.
+    if (count <= 0) return;
+    const int t = threadIdx.x, tx = t % 16, ty = t / 16, n0 = blockIdx.x * TBN, kbt = k / 32;
+    if (t < TBM) {
+        const int p = __ldg(order + start + min(t, count - 1));
+        xr[t] = p / x_div;
+        yr[t] = p;
+    }
+    __syncthreads();
+    if (e < 0 || e >= experts) {
+        for (int i = t; i < count * TBN; i += TTHREADS) {
+            const int c = n0 + i % TBN;
+            if (c < n) y[(size_t)yr[i / TBN] * n + c] = __uint_as_float(0x7FC00000u);
+        }
+        return;
+    }
+    const u8* w = wptr[e];
+    const u8* ws = sptr[e];
+    // Loader: thread t moves elements 8·piece.. of a 32-block for tile row t / 4: 8 E4M3 activation codes, 8 E2M1 weight nibbles.
+    const int lrow = t / 4, piece = t % 4;
+    const bool wok = n0 + lrow < n;
+    const u8* xsrc = xq + (size_t)xr[lrow] * k + piece * 8;
+    const u8* wsrc = w + (size_t)min(n0 + lrow, n - 1) * (k / 2) + piece * 4;
+    float acc[TTM][TTN];
+#pragma unroll
+    for (int i = 0; i < TTM; ++i)
+#pragma unroll
+        for (int j = 0; j < TTN; ++j) acc[i][j] = 0.0f;
+    // Outputs past the edge load code 0 (+0.0) and are never written; rows past count repeat the last pair.
+    unsigned long long xc = __ldg(reinterpret_cast<const unsigned long long*>(xsrc));
+    u32 wc = wok ? __ldg(reinterpret_cast<const u32*>(wsrc)) : 0u;
+    for (int kb = 0; kb < kbt; ++kb) {
+        __syncthreads();
+        const float4 a = e4m3x4_to_f32((u32)xc), b = e4m3x4_to_f32((u32)(xc >> 32));
+        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float wf[8];
+        e2m1x8_scaled(wc, wf);
+#pragma unroll
+        for (int l = 0; l < 8; ++l) {
+            xp[(l * 4 + piece) * TPLANE + lrow] = xv[l];
+            wp[(l * 4 + piece) * TPLANE + lrow] = wf[l];
+        }
+        if (t < TBM) {
+            sx[t] = __ldg(xs + (size_t)xr[t] * kbt + kb);
+        } else if (t < TBM + TBN) {
+            const int c = min(n0 + t - TBM, n - 1);
+            sw[t - TBM] = e8m0_to_f32(__ldg(ws + (size_t)c * kbt + kb));
+        }
+        __syncthreads();
+        // The next block's codes are in flight while this one is summed.
+        if (kb + 1 < kbt) {
+            xc = __ldg(reinterpret_cast<const unsigned long long*>(xsrc + (size_t)(kb + 1) * 32));
+            wc = wok ? __ldg(reinterpret_cast<const u32*>(wsrc + (size_t)(kb + 1) * 16)) : 0u;
+        }
+        // tree8's order ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)), a pair of lanes at a time to bound live registers.
+        float ab[TTM][TTN], cd[TTM][TTN], tmp[TTM][TTN];
+        tile_pair(xp, wp, 0, 4, ty, tx, ab);
+        tile_pair(xp, wp, 2, 6, ty, tx, tmp);
+#pragma unroll
+        for (int i = 0; i < TTM; ++i)
+#pragma unroll
+            for (int j = 0; j < TTN; ++j) ab[i][j] = __fadd_rn(ab[i][j], tmp[i][j]);
+        tile_pair(xp, wp, 1, 5, ty, tx, cd);
+        tile_pair(xp, wp, 3, 7, ty, tx, tmp);
+#pragma unroll
+        for (int i = 0; i < TTM; ++i) {
+            const float sxi = sx[TTM * ty + i];
+#pragma unroll
+            for (int j = 0; j < TTN; ++j) {
+                // As gemv_tile: the tree of 2^-14-scaled lanes, × 2^14 (exact), then · sx · sw, then the K-order add.
+                const float p = __fmul_rn(__fadd_rn(ab[i][j], __fadd_rn(cd[i][j], tmp[i][j])), 0x1p14f);
+                acc[i][j] = __fadd_rn(acc[i][j], __fmul_rn(__fmul_rn(p, sxi), sw[TTN * tx + j]));
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < TTM; ++i) {
+        const int r = TTM * ty + i;
+        if (r >= count) continue;
+#pragma unroll
+        for (int j = 0; j < TTN; ++j) {
+            const int c = n0 + TTN * tx + j;
+            if (c < n) y[(size_t)yr[r] * n + c] = acc[i][j];
+        }
+    }
+}
+#endif

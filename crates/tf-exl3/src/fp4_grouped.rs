@@ -6,6 +6,12 @@ use tf_cuda::error::DriverResultExt;
 use tf_cuda::launch::grid;
 use tf_cuda::{Error, Gpu, PoolBuf};
 
+/// Rows a tile of [`fp4_gemm_grouped`] holds (the tiled kernel's block rows); [`fp4_gemv_grouped`] takes up to `FP4_MAX_ROWS`.
+pub const TILE_ROWS: usize = 64;
+
+/// Outputs a block of [`fp4_gemm_grouped`] computes for its tile's rows.
+const TILE_OUTS: usize = 64;
+
 /// Shared memory `fp4_group` may use without opting in: three ints per bucket.
 const GROUP_SMEM: usize = 48 << 10;
 
@@ -64,7 +70,7 @@ pub fn group_pairs(ids: &[i32], experts: usize, rows: usize) -> (Vec<i32>, Vec<[
     (order, tiles)
 }
 
-/// Groups `pairs` routed ids (i32, bad ones allowed) over `experts` into tiles of at most `rows` (1..=8) pairs, on the device.
+/// Groups `pairs` routed ids (i32, bad ones allowed) over `experts` into tiles of at most `rows` (1..=64) pairs, on the device.
 pub fn fp4_group<'g>(
     gpu: &'g Gpu,
     ids: &PoolBuf<'_>,
@@ -73,8 +79,8 @@ pub fn fp4_group<'g>(
     rows: usize,
 ) -> Result<Fp4Groups<'g>, Error> {
     const OP: &str = "fp4_group";
-    if !(1..=FP4_MAX_ROWS).contains(&rows) {
-        return Err(Error::Launch { op: OP, what: format!("{rows} rows per tile (1..={FP4_MAX_ROWS})") });
+    if !(1..=TILE_ROWS).contains(&rows) {
+        return Err(Error::Launch { op: OP, what: format!("{rows} rows per tile (1..={TILE_ROWS})") });
     }
     let smem = bytes(OP, experts + 1, 12)?;
     if smem > GROUP_SMEM {
@@ -102,6 +108,29 @@ pub fn fp4_group<'g>(
     Ok(Fp4Groups { order, tiles, cap, pairs, experts, rows })
 }
 
+/// The checks both grouped launches make: groups made for these pairs and experts, tiles of at most `max_rows`, the extents.
+fn grouped_extents(
+    op: &'static str,
+    experts: &Fp4Experts<'_, '_>,
+    groups: &Fp4Groups<'_>,
+    (codes, scales): (&PoolBuf<'_>, &PoolBuf<'_>),
+    acts: RoutedActs,
+    y: &PoolBuf<'_>,
+    (pairs, max_rows): (usize, usize),
+) -> Result<[i32; 4], Error> {
+    if (groups.pairs, groups.experts) != (pairs, experts.count) {
+        let what = format!(
+            "groups of {} pairs over {} experts, launch of {pairs} over {}",
+            groups.pairs, groups.experts, experts.count
+        );
+        return Err(Error::Launch { op, what });
+    }
+    if groups.rows > max_rows {
+        return Err(Error::Launch { op, what: format!("tiles of {} rows (at most {max_rows})", groups.rows) });
+    }
+    Ok(routed_extents(op, experts, (codes, scales), acts, y, pairs)?.1)
+}
+
 /// [`crate::cuda::fp4_gemv_routed`]'s result through `groups` (made from the same ids): the same bits, fewer weight reads.
 pub fn fp4_gemv_grouped(
     gpu: &Gpu,
@@ -114,14 +143,7 @@ pub fn fp4_gemv_grouped(
 ) -> Result<(), Error> {
     const OP: &str = "fp4_gemv_grouped";
     let (n, k) = (experts.n, experts.k);
-    if (groups.pairs, groups.experts) != (pairs, experts.count) {
-        let what = format!(
-            "groups of {} pairs over {} experts, launch of {pairs} over {}",
-            groups.pairs, groups.experts, experts.count
-        );
-        return Err(Error::Launch { op: OP, what });
-    }
-    let (_, [n_i, k_i, e_i, div_i]) = routed_extents(OP, experts, (codes, scales), acts, y, pairs)?;
+    let [n_i, k_i, e_i, div_i] = grouped_extents(OP, experts, groups, (codes, scales), acts, y, (pairs, FP4_MAX_ROWS))?;
     if n == 0 || pairs == 0 {
         return Ok(());
     }
@@ -137,6 +159,37 @@ pub fn fp4_gemv_grouped(
         launch.arg(codes.dev()).arg(scales.dev()).arg(&div_i).arg(y.dev_mut()).arg(&n_i).arg(&k_i).arg(&seg);
         // SAFETY: arguments match fp4_gemv_grouped's; extents checked above; tiles name pairs < `pairs` (fp4_group wrote them).
         unsafe { launch.launch(plan.config(n, count)) }
+            .doing(|| format!("launching {OP} on {count} tiles of {} ×{n}×{k}", groups.rows))?;
+    }
+    Ok(())
+}
+
+/// [`fp4_gemv_grouped`]'s result (the same bits) from tiles of up to [`TILE_ROWS`] pairs: 64 × 64 outputs a block, each code decoded once a tile.
+pub fn fp4_gemm_grouped(
+    gpu: &Gpu,
+    experts: &Fp4Experts<'_, '_>,
+    groups: &Fp4Groups<'_>,
+    (codes, scales): (&PoolBuf<'_>, &PoolBuf<'_>),
+    acts: RoutedActs,
+    y: &mut PoolBuf<'_>,
+    pairs: usize,
+) -> Result<(), Error> {
+    const OP: &str = "fp4_gemm_grouped";
+    let (n, k) = (experts.n, experts.k);
+    let [n_i, k_i, e_i, div_i] = grouped_extents(OP, experts, groups, (codes, scales), acts, y, (pairs, TILE_ROWS))?;
+    if n == 0 || pairs == 0 {
+        return Ok(());
+    }
+    // The one-row build of fp4_gemv.cu holds this kernel; its static shared memory is 19 KB, under the 48 KB default.
+    let f = Fp4Plan::new(1, k).function(gpu, OP)?;
+    for t0 in (0..groups.cap).step_by(65535) {
+        let count = 65535.min(groups.cap - t0);
+        let tiles = groups.tiles.dev().slice(t0 * 12..);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(experts.wptr.dev()).arg(experts.sptr.dev()).arg(&e_i).arg(&tiles).arg(groups.order.dev());
+        launch.arg(codes.dev()).arg(scales.dev()).arg(&div_i).arg(y.dev_mut()).arg(&n_i).arg(&k_i);
+        // SAFETY: arguments match fp4_gemm_grouped's; extents checked above; tiles name pairs < `pairs` (fp4_group wrote them).
+        unsafe { launch.launch(grid((n.div_ceil(TILE_OUTS), count), 256, 0)) }
             .doing(|| format!("launching {OP} on {count} tiles of {} ×{n}×{k}", groups.rows))?;
     }
     Ok(())

@@ -40,7 +40,7 @@ impl GpuModel {
             if let Some(ep) = &m.ep {
                 return self.routed_ep(m, ep, x, (&ids, &wts), rows);
             }
-            let groups = w1.group(gpu, &ids, pairs, self.opts.group_experts)?;
+            let groups = w1.group(gpu, &ids, pairs, (self.opts.group_experts, self.opts.tiled_experts))?;
             let by = (&ids, groups.as_ref());
             let g = w1.routed(gpu, by, &xq, topk, true, pairs)?;
             let u = w3.routed(gpu, by, &xq, topk, true, pairs)?;

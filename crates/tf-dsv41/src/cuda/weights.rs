@@ -14,7 +14,7 @@ use tf_exl3::cuda::{FP4_MAX_ROWS, Fp4Experts, RoutedActs, fp4_gemv_routed};
 use tf_exl3::exl3_cuda::GpuExl3;
 use tf_exl3::exl3_mma::{Exl3Experts, Exl3Kernels};
 use tf_exl3::exl3_prompt::with_blas;
-use tf_exl3::{Fp4Groups, fp4_gemv_grouped, fp4_group};
+use tf_exl3::{Fp4Groups, TILE_ROWS, fp4_gemm_grouped, fp4_gemv_grouped, fp4_group};
 
 /// A device buffer that lives as long as the model (the GPU is opened once per process).
 pub type Buf = PoolBuf<'static>;
@@ -253,19 +253,21 @@ impl Experts4 {
         }
     }
 
-    /// FP4 `ids` grouped by expert in tiles of up to 8 when they average at least `min` pairs an expert (0: never); `None`: per pair.
+    /// FP4 `ids` grouped by expert when they average at least `min` pairs an expert (0: never): tiles of 64 for the tiled kernel from `tiled` pairs (0: never), else of up to 8; `None`: per pair.
     pub fn group(
         &self,
         gpu: &'static Gpu,
         ids: &Buf,
         pairs: usize,
-        min: usize,
+        (min, tiled): (usize, usize),
     ) -> Result<Option<Fp4Groups<'static>>, Error> {
         let experts = self.len();
-        if !matches!(self, Experts4::Fp4 { .. }) || min == 0 || experts == 0 || pairs < min * experts {
+        let at_least = |m: usize| m > 0 && pairs >= m * experts;
+        if !matches!(self, Experts4::Fp4 { .. }) || experts == 0 || !(at_least(min) || at_least(tiled)) {
             return Ok(None);
         }
-        fp4_group(gpu, ids, pairs, experts, (pairs / experts).min(FP4_MAX_ROWS)).map(Some)
+        let rows = if at_least(tiled) { TILE_ROWS } else { (pairs / experts).min(FP4_MAX_ROWS) };
+        fp4_group(gpu, ids, pairs, experts, rows).map(Some)
     }
 
     /// `pairs` routed GEMVs, f32 `[pairs, n]`: pair p reads row p / topk of `x` when `per_token`, else row p.
@@ -284,6 +286,9 @@ impl Experts4 {
                 let acts = if per_token { RoutedActs::PerToken { topk } } else { RoutedActs::PerPair };
                 let (codes, scales) = x.fp8(gpu)?;
                 match groups {
+                    Some(g) if g.rows() > FP4_MAX_ROWS => {
+                        fp4_gemm_grouped(gpu, table, g, (codes, scales), acts, &mut y, pairs)?
+                    }
                     Some(g) => fp4_gemv_grouped(gpu, table, g, (codes, scales), acts, &mut y, pairs)?,
                     None => fp4_gemv_routed(gpu, table, ids, (codes, scales), acts, &mut y, pairs)?,
                 }

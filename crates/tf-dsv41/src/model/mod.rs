@@ -53,6 +53,8 @@ pub struct Options {
     pub joint_lanes: bool,
     /// CUDA: calls averaging at least this many routed pairs per FP4 expert run them in tiles of one expert (same bits); 0: never.
     pub group_experts: usize,
+    /// CUDA: calls averaging at least this many routed pairs per FP4 expert run tiles of 64 through the tiled kernel (same bits); 0: never.
+    pub tiled_experts: usize,
     /// Tier-2 numerics switch, off by default (`--expert-top-p P`): a row skips its lightest routed experts past share P of its weight; CPU only.
     pub expert_top_p: Option<TopP>,
 }
@@ -96,6 +98,9 @@ pub const SP_ROWS: usize = 32;
 /// Mean routed pairs per expert from which GPU calls group them (`Options::group_experts`): prompt chunks, not decode.
 pub const GROUP_EXPERTS: usize = 4;
 
+/// Mean routed pairs per expert from which GPU calls take tiles of 64 (`Options::tiled_experts`): a 2,048-row flash chunk's 32 (H100: 1.83× tiles of 8 there, 2.4× at 48).
+pub const TILED_EXPERTS: usize = 32;
+
 /// Rows from which EXL3 prompt calls take the GEMM by default: run 15 put the routed experts' crossover near 256 (docs/exl3.md).
 pub const EXL3_PROMPT_MIN_ROWS: usize = 256;
 
@@ -125,6 +130,7 @@ impl Default for Options {
             tp_profile: None,
             joint_lanes: true,
             group_experts: GROUP_EXPERTS,
+            tiled_experts: TILED_EXPERTS,
             expert_top_p: None,
         }
     }

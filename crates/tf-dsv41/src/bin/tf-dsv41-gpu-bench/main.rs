@@ -138,10 +138,14 @@ fn run() -> Result<Value, String> {
     let groups: Vec<usize> = std::env::var("TF_BENCH_GROUP_EXPERTS")
         .map(|l| l.split(',').filter_map(|g| g.trim().parse().ok()).collect())
         .unwrap_or_else(|_| vec![model.opts.group_experts]);
+    // TF_BENCH_TILED_EXPERTS=0,32 does the same for `Options::tiled_experts`, inside each group setting.
+    let tileds: Vec<usize> = std::env::var("TF_BENCH_TILED_EXPERTS")
+        .map(|l| l.split(',').filter_map(|g| g.trim().parse().ok()).collect())
+        .unwrap_or_else(|_| vec![model.opts.tiled_experts]);
     let (mut profiles, mut prefills) = (Vec::new(), Vec::new());
-    for &g in &groups {
-        model.opts.group_experts = g;
-        println!("[bench] group_experts {g}");
+    for (&g, &t) in groups.iter().flat_map(|g| tileds.iter().map(move |t| (g, t))) {
+        (model.opts.group_experts, model.opts.tiled_experts) = (g, t);
+        println!("[bench] group_experts {g} tiled_experts {t}");
         profiles.push(profile(&model, &base, &mut rng)?);
         prefills.push(if prompt == 0 { Value::Null } else { prefill(&model, prompt, chunk, budget_s, &mut rng)? });
     }
@@ -150,7 +154,7 @@ fn run() -> Result<Value, String> {
     let (profile, prefill) = (one(profiles), one(prefills));
     let exl3 = json!({"k": env("TF_BENCH_EXL3", 0), "prompt_gemm_rows": env("TF_BENCH_EXL3_PROMPT", 0)});
     Ok(
-        json!({"copy_gbps": gbps, "layers": layers, "group_experts": groups, "exl3": exl3, "weights_bytes": all, "context": ctx,
+        json!({"copy_gbps": gbps, "layers": layers, "group_experts": groups, "tiled_experts": tileds, "exl3": exl3, "weights_bytes": all, "context": ctx,
               "decode": decode, "lanes": lanes, "drafting": drafts, "profile": profile, "prefill": prefill, "ops": op_times}),
     )
 }

@@ -147,15 +147,16 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
     gates(gpu, rng, report, (kind, &dir, Options::default()), &combos, false)
 }
 
-/// The gates with routed experts grouped by expert from one pair an expert on average (`Options::group_experts`).
+/// The gates with routed experts grouped by expert from one pair an expert on average: tiles of up to 8 (`Options::group_experts`), or of 64 through the tiled kernel (`tiled`).
 pub fn check_grouped(
     gpu: &'static Gpu,
     rng: &mut SplitMix64,
     report: &mut Report,
     kind: TinyKind,
+    tiled: bool,
 ) -> Result<(), Error> {
-    let dir = TempModel::write(&format!("e2e-grouped-{}", kind.name()), kind)?;
-    let opts = Options { group_experts: 1, ..Options::default() };
+    let dir = TempModel::write(&format!("e2e-grouped-{}-{tiled}", kind.name()), kind)?;
+    let opts = Options { group_experts: 1, tiled_experts: usize::from(tiled), ..Options::default() };
     gates(gpu, rng, report, (kind, &dir, opts), &[(true, false), (false, false)], false)
 }
 
@@ -217,7 +218,11 @@ fn gates(
         let mut gm = GpuModel::load(dir, opts, gpu).map_err(err)?;
         let vocab = cpu.cfg.vocab_size;
         let wide = if wide_sums { ", wide sums" } else { "" };
-        let grouped = if base.group_experts > 0 { " grouped experts" } else { "" };
+        let grouped = match (base.tiled_experts, base.group_experts) {
+            (1.., _) => " tiled experts",
+            (0, 1..) => " grouped experts",
+            _ => "",
+        };
         let name = format!("{}{exl3}{grouped} replay {}{wide}", kind.name(), if replay { "on" } else { "off" });
         let (mut solo, mut all) = (Vec::new(), Vec::new());
         for n in LENGTHS {

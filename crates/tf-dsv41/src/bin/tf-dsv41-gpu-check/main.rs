@@ -61,7 +61,10 @@ fn run(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report) {
         run_one(&format!("e2e {}", kind.name()), &mut |r| e2e::check(gpu, rng, r, kind));
     }
     for kind in [TinyKind::Tiny, TinyKind::Small] {
-        run_one(&format!("e2e grouped {}", kind.name()), &mut |r| e2e::check_grouped(gpu, rng, r, kind));
+        run_one(&format!("e2e grouped {}", kind.name()), &mut |r| e2e::check_grouped(gpu, rng, r, kind, false));
+    }
+    for kind in [TinyKind::Tiny, TinyKind::Small] {
+        run_one(&format!("e2e tiled {}", kind.name()), &mut |r| e2e::check_grouped(gpu, rng, r, kind, true));
     }
     for kind in [TinyKind::Tiny, TinyKind::Small] {
         run_one(&format!("exl3 e2e {}", kind.name()), &mut |r| e2e::check_exl3(gpu, rng, r, kind, Exl3Run::Exact));

@@ -1,11 +1,11 @@
-//! `fp4_group` and `fp4_gemv_grouped`: the device's grouping equals the CPU's, every pair equals its per-pair launch and the CPU.
+//! `fp4_group`, `fp4_gemv_grouped` and `fp4_gemm_grouped`: the device's grouping equals the CPU's, every pair equals its per-pair launch and the CPU.
 
 use super::{Report, judge, routed_inputs, table_of, time_row};
 use serde_json::json;
 use tf_core::rng::SplitMix64;
 use tf_cuda::{Error, Gpu};
 use tf_exl3::cuda::{RoutedActs, fp4_gemv_routed};
-use tf_exl3::{fp4_gemv_grouped, fp4_group, group_pairs};
+use tf_exl3::{TILE_ROWS, fp4_gemm_grouped, fp4_gemv_grouped, fp4_group, group_pairs};
 
 /// (tokens, top-k, experts, (out, in), acts per token, rows per tile).
 type Case = (usize, usize, usize, (usize, usize), bool, usize);
@@ -52,6 +52,15 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
         let nan = bad.clone().all(|p| got[p * n..(p + 1) * n].iter().all(|v| v.is_nan()));
         let result = format!("{same}/{pairs} pairs bit-identical to fp4_gemv_routed, bad ids NaN {nan}");
         report.row("fp4_gemv_grouped", case.as_str(), result, same == pairs && nan);
+        // The tiled kernel from tiles of up to 64 pairs (several tiles for expert 1), against the same per-pair launch.
+        let big = fp4_group(gpu, &ids_d, pairs, count, TILE_ROWS)?;
+        let mut y2 = gpu.upload(&vec![0.75f32; pairs * n])?;
+        fp4_gemm_grouped(gpu, &table, &big, (&codes, &scales), acts, &mut y2, pairs)?;
+        let tiled: Vec<f32> = gpu.download(&y2)?;
+        let same_t =
+            (0..pairs).filter(|&p| bits(&tiled[p * n..(p + 1) * n]) == bits(&per_pair[p * n..(p + 1) * n])).count();
+        let result = format!("tiles of {TILE_ROWS}: {same_t}/{pairs} pairs bit-identical to fp4_gemv_routed");
+        report.row("fp4_gemm_grouped", case.as_str(), result, same_t == pairs);
         // Against the CPU on the good pairs.
         let good: Vec<usize> = (0..pairs).filter(|p| (0..count as i32).contains(&ids[*p])).collect();
         let mut want = Vec::with_capacity(good.len() * n);
@@ -93,8 +102,23 @@ pub fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f
     })?;
     let case = format!("fp4_gemv_grouped, same pairs in tiles of 8 ({} tiles at most)", groups.cap());
     time_row(report, &case, grouped, touched, copy_gbps);
+    let big = fp4_group(gpu, &ids_d, pairs, count, TILE_ROWS)?;
+    let tiled =
+        super::per_launch_us(gpu, 1, |g, _| fp4_gemm_grouped(g, &table, &big, (&codes, &scales), acts, &mut y, pairs))?;
+    let case = format!("fp4_gemm_grouped, same pairs in tiles of {TILE_ROWS} ({} tiles at most)", big.cap());
+    time_row(report, &case, tiled, touched, copy_gbps);
+    let flops = 2.0 * (pairs * n * k) as f64;
+    report.row(
+        "time",
+        format!("fp4_gemm_grouped rate, {pairs}×{n}×{k}"),
+        format!("{:.2} TFLOP/s", flops / f64::from(tiled) / 1e6),
+        true,
+    );
     let regroup = super::per_launch_us(gpu, 1, |g, _| fp4_group(g, &ids_d, pairs, count, 8).map(drop))?;
     report.row("time", format!("fp4_group of {pairs} pairs over {count} experts"), format!("{regroup:.2} µs"), true);
-    report.push("grouped_speedup", json!({"per_pair_us": per_pair, "grouped_us": grouped, "group_us": regroup}));
+    report.push(
+        "grouped_speedup",
+        json!({"per_pair_us": per_pair, "grouped_us": grouped, "tiled_us": tiled, "group_us": regroup}),
+    );
     Ok(())
 }
