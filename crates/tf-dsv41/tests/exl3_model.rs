@@ -106,6 +106,35 @@ fn quantize_mode_stores_the_source_linear_in_exl3_orientation() {
 }
 
 #[test]
+fn quantize_at_stores_every_linear_at_its_k_and_the_same_bytes_twice() {
+    // What `cargo xtask gate-model exl3` relies on: one K for all, and a copy whose sha256 the thresholds can name.
+    let src = tempfile::tempdir().unwrap();
+    let mut rng = SplitMix64::new(8);
+    let (out, inp) = (128, 128);
+    let mut tensors = Vec::new();
+    for name in ["layers.0.attn.wq_a", "layers.0.attn.wkv"] {
+        let w: Vec<f32> = (0..out * inp).map(|_| rng.normal() * 0.05).collect();
+        let (codes, scales) = tf_dsv41::wquant::quant_fp8_tiles(&w, out, inp);
+        tensors
+            .push((format!("{name}.weight"), Tensor::from_bytes(tf_core::DType::F8E4M3, &[out, inp], &codes).unwrap()));
+        let s = Tensor::from_bytes(tf_core::DType::F8E8M0, &[out / 32, inp / 32], &scales).unwrap();
+        tensors.push((format!("{name}.scale"), s));
+    }
+    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    tf_core::st::write::write_file(&src.path().join("model.safetensors"), &refs, None).unwrap();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for dst in [&a, &b] {
+        assert_eq!(convert(src.path(), dst.path(), Codebook::Mul1, Exl3Mode::QuantizeAt(4), 0).unwrap(), 2);
+    }
+    let ck = Checkpoint::open(a.path()).unwrap();
+    for name in ["layers.0.attn.wq_a", "layers.0.attn.wkv"] {
+        assert_eq!(ck.get(&format!("{name}.trellis")).unwrap().shape()[2], 16 * 4, "{name} at K = 4");
+    }
+    let bytes = |d: &tempfile::TempDir| std::fs::read(d.path().join("model.safetensors")).unwrap();
+    assert!(bytes(&a) == bytes(&b), "two conversions of one source differ");
+}
+
+#[test]
 fn mxfp4_prefill_experts_serve_long_prompt_chunks_only() {
     let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     write_checkpoint(TinyKind::Tiny, 0, src.path()).unwrap();
