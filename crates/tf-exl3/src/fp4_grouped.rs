@@ -6,10 +6,10 @@ use tf_cuda::error::DriverResultExt;
 use tf_cuda::launch::grid;
 use tf_cuda::{Error, Gpu, PoolBuf};
 
-/// Rows a tile of [`fp4_gemm_grouped`] holds (the tiled kernel's block rows); [`fp4_gemv_grouped`] takes up to `FP4_MAX_ROWS`.
+/// Most rows a tile of [`fp4_group`] may hold: the tiled kernel's block rows (tiles past `FP4_MAX_ROWS` take it in [`fp4_gemv_grouped`]).
 pub const TILE_ROWS: usize = 64;
 
-/// Outputs a block of [`fp4_gemm_grouped`] computes for its tile's rows.
+/// Outputs a block of the tiled kernel (`fp4_gemm_grouped`) computes for its tile's rows.
 const TILE_OUTS: usize = 64;
 
 /// Shared memory `fp4_group` may use without opting in: three ints per bucket.
@@ -132,6 +132,8 @@ fn grouped_extents(
 }
 
 /// [`crate::cuda::fp4_gemv_routed`]'s result through `groups` (made from the same ids): the same bits, fewer weight reads.
+/// Tiles of up to 8 pairs run the multi-row GEMV (`fp4_gemv_grouped`); larger ones, up to [`TILE_ROWS`], the tiled kernel
+/// (`fp4_gemm_grouped`: 64 × 64 outputs a block, each code decoded once a tile). At most 65535 tiles (the grid's y extent) a launch.
 pub fn fp4_gemv_grouped(
     gpu: &Gpu,
     experts: &Fp4Experts<'_, '_>,
@@ -141,56 +143,31 @@ pub fn fp4_gemv_grouped(
     y: &mut PoolBuf<'_>,
     pairs: usize,
 ) -> Result<(), Error> {
-    const OP: &str = "fp4_gemv_grouped";
+    let tiled = groups.rows > FP4_MAX_ROWS;
+    let op = if tiled { "fp4_gemm_grouped" } else { "fp4_gemv_grouped" };
     let (n, k) = (experts.n, experts.k);
-    let [n_i, k_i, e_i, div_i] = grouped_extents(OP, experts, groups, (codes, scales), acts, y, (pairs, FP4_MAX_ROWS))?;
+    let max_rows = if tiled { TILE_ROWS } else { FP4_MAX_ROWS };
+    let [n_i, k_i, e_i, div_i] = grouped_extents(op, experts, groups, (codes, scales), acts, y, (pairs, max_rows))?;
     if n == 0 || pairs == 0 {
         return Ok(());
     }
-    let plan = Fp4Plan::new(groups.rows, k);
-    let f = plan.function(gpu, OP)?;
-    let seg = as_i32(OP, "seg", plan.seg)?;
-    // The grid's y extent is at most 65535 tiles a launch.
-    for t0 in (0..groups.cap).step_by(65535) {
-        let count = 65535.min(groups.cap - t0);
-        let tiles = groups.tiles.dev().slice(t0 * 12..);
-        let mut launch = gpu.stream().launch_builder(&f);
-        launch.arg(experts.wptr.dev()).arg(experts.sptr.dev()).arg(&e_i).arg(&tiles).arg(groups.order.dev());
-        launch.arg(codes.dev()).arg(scales.dev()).arg(&div_i).arg(y.dev_mut()).arg(&n_i).arg(&k_i).arg(&seg);
-        // SAFETY: arguments match fp4_gemv_grouped's; extents checked above; tiles name pairs < `pairs` (fp4_group wrote them).
-        unsafe { launch.launch(plan.config(n, count)) }
-            .doing(|| format!("launching {OP} on {count} tiles of {} ×{n}×{k}", groups.rows))?;
-    }
-    Ok(())
-}
-
-/// [`fp4_gemv_grouped`]'s result (the same bits) from tiles of up to [`TILE_ROWS`] pairs: 64 × 64 outputs a block, each code decoded once a tile.
-pub fn fp4_gemm_grouped(
-    gpu: &Gpu,
-    experts: &Fp4Experts<'_, '_>,
-    groups: &Fp4Groups<'_>,
-    (codes, scales): (&PoolBuf<'_>, &PoolBuf<'_>),
-    acts: RoutedActs,
-    y: &mut PoolBuf<'_>,
-    pairs: usize,
-) -> Result<(), Error> {
-    const OP: &str = "fp4_gemm_grouped";
-    let (n, k) = (experts.n, experts.k);
-    let [n_i, k_i, e_i, div_i] = grouped_extents(OP, experts, groups, (codes, scales), acts, y, (pairs, TILE_ROWS))?;
-    if n == 0 || pairs == 0 {
-        return Ok(());
-    }
-    // The one-row build of fp4_gemv.cu holds this kernel; its static shared memory is 19 KB, under the 48 KB default.
-    let f = Fp4Plan::new(1, k).function(gpu, OP)?;
+    // The tiled kernel lives in the one-row build of fp4_gemv.cu; its static shared memory is 19 KB, under the 48 KB default.
+    let plan = Fp4Plan::new(if tiled { 1 } else { groups.rows }, k);
+    let f = plan.function(gpu, op)?;
+    let seg = as_i32(op, "seg", plan.seg)?;
     for t0 in (0..groups.cap).step_by(65535) {
         let count = 65535.min(groups.cap - t0);
         let tiles = groups.tiles.dev().slice(t0 * 12..);
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(experts.wptr.dev()).arg(experts.sptr.dev()).arg(&e_i).arg(&tiles).arg(groups.order.dev());
         launch.arg(codes.dev()).arg(scales.dev()).arg(&div_i).arg(y.dev_mut()).arg(&n_i).arg(&k_i);
-        // SAFETY: arguments match fp4_gemm_grouped's; extents checked above; tiles name pairs < `pairs` (fp4_group wrote them).
-        unsafe { launch.launch(grid((n.div_ceil(TILE_OUTS), count), 256, 0)) }
-            .doing(|| format!("launching {OP} on {count} tiles of {} ×{n}×{k}", groups.rows))?;
+        let cfg = if tiled { grid((n.div_ceil(TILE_OUTS), count), 256, 0) } else { plan.config(n, count) };
+        if !tiled {
+            launch.arg(&seg);
+        }
+        // SAFETY: arguments match the kernel's (seg last for the GEMV only); extents checked above; tiles name pairs < `pairs` (fp4_group wrote them).
+        unsafe { launch.launch(cfg) }
+            .doing(|| format!("launching {op} on {count} tiles of {} ×{n}×{k}", groups.rows))?;
     }
     Ok(())
 }

@@ -11,4 +11,4 @@ mod fp4_grouped;
 
 pub use exl3::{Codebook, Exl3Weight};
 pub use fp4::Fp4Weight;
-pub use fp4_grouped::{Fp4Groups, TILE_ROWS, fp4_gemm_grouped, fp4_gemv_grouped, fp4_group, group_cap, group_pairs};
+pub use fp4_grouped::{Fp4Groups, TILE_ROWS, fp4_gemv_grouped, fp4_group, group_cap, group_pairs};

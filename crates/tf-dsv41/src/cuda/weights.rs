@@ -14,7 +14,7 @@ use tf_exl3::cuda::{FP4_MAX_ROWS, Fp4Experts, RoutedActs, fp4_gemv_routed};
 use tf_exl3::exl3_cuda::GpuExl3;
 use tf_exl3::exl3_mma::{Exl3Experts, Exl3Kernels};
 use tf_exl3::exl3_prompt::with_blas;
-use tf_exl3::{Fp4Groups, TILE_ROWS, fp4_gemm_grouped, fp4_gemv_grouped, fp4_group};
+use tf_exl3::{Fp4Groups, TILE_ROWS, fp4_gemv_grouped, fp4_group};
 
 /// A device buffer that lives as long as the model (the GPU is opened once per process).
 pub type Buf = PoolBuf<'static>;
@@ -286,9 +286,6 @@ impl Experts4 {
                 let acts = if per_token { RoutedActs::PerToken { topk } } else { RoutedActs::PerPair };
                 let (codes, scales) = x.fp8(gpu)?;
                 match groups {
-                    Some(g) if g.rows() > FP4_MAX_ROWS => {
-                        fp4_gemm_grouped(gpu, table, g, (codes, scales), acts, &mut y, pairs)?
-                    }
                     Some(g) => fp4_gemv_grouped(gpu, table, g, (codes, scales), acts, &mut y, pairs)?,
                     None => fp4_gemv_routed(gpu, table, ids, (codes, scales), acts, &mut y, pairs)?,
                 }

@@ -5,7 +5,7 @@ use serde_json::json;
 use tf_core::rng::SplitMix64;
 use tf_cuda::{Error, Gpu};
 use tf_exl3::cuda::{RoutedActs, fp4_gemv_routed};
-use tf_exl3::{TILE_ROWS, fp4_gemm_grouped, fp4_gemv_grouped, fp4_group, group_pairs};
+use tf_exl3::{TILE_ROWS, fp4_gemv_grouped, fp4_group, group_pairs};
 
 /// (tokens, top-k, experts, (out, in), acts per token, rows per tile).
 type Case = (usize, usize, usize, (usize, usize), bool, usize);
@@ -55,7 +55,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
         // The tiled kernel from tiles of up to 64 pairs (several tiles for expert 1), against the same per-pair launch.
         let big = fp4_group(gpu, &ids_d, pairs, count, TILE_ROWS)?;
         let mut y2 = gpu.upload(&vec![0.75f32; pairs * n])?;
-        fp4_gemm_grouped(gpu, &table, &big, (&codes, &scales), acts, &mut y2, pairs)?;
+        fp4_gemv_grouped(gpu, &table, &big, (&codes, &scales), acts, &mut y2, pairs)?;
         let tiled: Vec<f32> = gpu.download(&y2)?;
         let same_t =
             (0..pairs).filter(|&p| bits(&tiled[p * n..(p + 1) * n]) == bits(&per_pair[p * n..(p + 1) * n])).count();
@@ -104,7 +104,7 @@ pub fn timing(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f
     time_row(report, &case, grouped, touched, copy_gbps);
     let big = fp4_group(gpu, &ids_d, pairs, count, TILE_ROWS)?;
     let tiled =
-        super::per_launch_us(gpu, 1, |g, _| fp4_gemm_grouped(g, &table, &big, (&codes, &scales), acts, &mut y, pairs))?;
+        super::per_launch_us(gpu, 1, |g, _| fp4_gemv_grouped(g, &table, &big, (&codes, &scales), acts, &mut y, pairs))?;
     let case = format!("fp4_gemm_grouped, same pairs in tiles of {TILE_ROWS} ({} tiles at most)", big.cap());
     time_row(report, &case, tiled, touched, copy_gbps);
     let flops = 2.0 * (pairs * n * k) as f64;
