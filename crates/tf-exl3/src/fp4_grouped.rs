@@ -131,9 +131,7 @@ fn grouped_extents(
     Ok(routed_extents(op, experts, (codes, scales), acts, y, pairs)?.1)
 }
 
-/// [`crate::cuda::fp4_gemv_routed`]'s result through `groups` (made from the same ids): the same bits, fewer weight reads.
-/// Tiles of up to 8 pairs run the multi-row GEMV (`fp4_gemv_grouped`); larger ones, up to [`TILE_ROWS`], the tiled kernel
-/// (`fp4_gemm_grouped`: 64 × 64 outputs a block, each code decoded once a tile). At most 65535 tiles (the grid's y extent) a launch.
+/// [`crate::cuda::fp4_gemv_routed`]'s bits through `groups` (same ids): tiles of up to 8 pairs by the multi-row GEMV, larger ones by the tiled kernel `fp4_gemm_grouped`.
 pub fn fp4_gemv_grouped(
     gpu: &Gpu,
     experts: &Fp4Experts<'_, '_>,
@@ -155,6 +153,7 @@ pub fn fp4_gemv_grouped(
     let plan = Fp4Plan::new(if tiled { 1 } else { groups.rows }, k);
     let f = plan.function(gpu, op)?;
     let seg = as_i32(op, "seg", plan.seg)?;
+    // The grid's y extent is at most 65535 tiles a launch.
     for t0 in (0..groups.cap).step_by(65535) {
         let count = 65535.min(groups.cap - t0);
         let tiles = groups.tiles.dev().slice(t0 * 12..);
