@@ -190,7 +190,7 @@ mod tests {
     fn the_cap_bounds_every_grouping() {
         let mut rng = tf_core::rng::SplitMix64::new(5);
         for case in 0..400 {
-            let (pairs, experts, rows) = (case % 97, 1 + case % 13, 1 + case % FP4_MAX_ROWS);
+            let (pairs, experts, rows) = (case % 197, 1 + case % 13, 1 + case % TILE_ROWS);
             let ids: Vec<i32> = (0..pairs).map(|_| (rng.next_u64() % (experts as u64 + 2)) as i32 - 1).collect();
             let (order, tiles) = group_pairs(&ids, experts, rows);
             let mut seen: Vec<i32> = order.clone();
