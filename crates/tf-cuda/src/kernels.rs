@@ -68,3 +68,77 @@ pub fn cu_names(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
     names.sort();
     Ok(names)
 }
+
+/// One `.function(&K.spec(..), NAME)` call in Rust source: the file, `K` without its path, and the entry it asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub file: std::path::PathBuf,
+    pub kernel: String,
+    pub entry: String,
+}
+
+/// Every `.function(&K.spec(..), NAME)` under `dir` whose NAME is a string literal or a `const NAME: &str` above it (computed names are skipped), for kernel tests.
+pub fn launched_entries(dir: &std::path::Path) -> std::io::Result<Vec<Launch>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let path = e?.path();
+        if path.is_dir() {
+            out.extend(launched_entries(&path)?);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            let text = std::fs::read_to_string(&path)?;
+            for (at, _) in text.match_indices(".function(&") {
+                if let Some((kernel, entry)) = launched_entry(&text, at) {
+                    out.push(Launch { file: path.clone(), kernel, entry });
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The (kernel, entry) of the call at `at`: `.spec(` is matched to its closing parenthesis, then the next argument read.
+fn launched_entry(text: &str, at: usize) -> Option<(String, String)> {
+    let rest = &text[at + ".function(&".len()..];
+    let spec = rest.find(".spec(")?;
+    let kernel = rest[..spec].rsplit("::").next()?.to_string();
+    let mut depth = 0usize;
+    let close = rest[spec + ".spec".len()..].char_indices().find_map(|(i, c)| match c {
+        '(' => {
+            depth += 1;
+            None
+        }
+        ')' if depth == 1 => Some(i),
+        ')' => {
+            depth -= 1;
+            None
+        }
+        _ => None,
+    })?;
+    let arg = rest[spec + ".spec".len() + close + 1..].strip_prefix(", ")?;
+    let arg = &arg[..arg.find(')')?];
+    if let Some(lit) = arg.strip_prefix('"') {
+        return Some((kernel, lit.strip_suffix('"')?.to_string()));
+    }
+    let decl = format!("const {arg}: &str = \"");
+    let start = text[..at].rfind(&decl)? + decl.len();
+    Some((kernel, text[start..start + text[start..].find('"')?].to_string()))
+}
+
+/// Fails naming each launch under `dir` whose entry its kernel (matched by name, case ignored) does not define; returns how many were checked.
+pub fn check_launched_entries(dir: &std::path::Path, kernels: &[KernelSource]) -> usize {
+    let launches = launched_entries(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut checked = 0;
+    for l in &launches {
+        let Some(k) = kernels.iter().find(|k| k.name.eq_ignore_ascii_case(&l.kernel)) else { continue };
+        let entries = entry_names(k.source);
+        assert!(
+            entries.contains(&l.entry),
+            "{}: `{}` is not an entry of {}.cu ({entries:?})",
+            l.file.display(),
+            l.entry,
+            k.name
+        );
+        checked += 1;
+    }
+    checked
+}

@@ -142,3 +142,10 @@ fn fp8_gemv_split_specializations_compile_without_local_memory() {
         nvrtc.compile(&kernels::FP8_GEMV.spec(&[("FP8_ROWS", "8"), ("FP8S_OUTS", "5")]), Arch::Sm90a).unwrap_err();
     assert!(err.to_string().contains("one summing lane per (output, row)"), "{err}");
 }
+
+#[test]
+fn every_launched_entry_is_defined_by_its_kernel() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let checked = kernels::check_launched_entries(&src, &kernels::ALL);
+    assert!(checked >= 4, "only {checked} launches were found: the scan no longer reads the calls");
+}

@@ -60,53 +60,9 @@ fn every_dense_build_compiles() {
     }
 }
 
-/// The Rust files under `dir`, recursively.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
-/// The entry a `.function(&K.spec(..), NAME)` call at `at` asks for: `(K, name)`, with a `const NAME: &str` resolved to the last one above; `None` for computed names.
-fn launched_entry(text: &str, at: usize) -> Option<(String, String)> {
-    let rest = &text[at + ".function(&".len()..];
-    let kernel = rest[..rest.find(".spec(&[")?].to_string();
-    // `spec` takes a slice of defines, so its call ends at the first `]), `.
-    let from = rest.find("]), ")? + 4;
-    let arg = &rest[from..from + rest[from..].find(')')?];
-    if let Some(lit) = arg.strip_prefix('"') {
-        return Some((kernel, lit.trim_end_matches('"').to_string()));
-    }
-    let decl = format!("const {arg}: &str = \"");
-    let start = text[..at].rfind(&decl)? + decl.len();
-    Some((kernel, text[start..start + text[start..].find('"')?].to_string()))
-}
-
 #[test]
 fn every_launched_entry_is_defined_by_its_kernel() {
-    let mut files = Vec::new();
-    rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
-    let mut checked = 0;
-    for f in &files {
-        let text = std::fs::read_to_string(f).unwrap();
-        for (at, _) in text.match_indices(".function(&") {
-            let Some((kernel, entry)) = launched_entry(&text, at) else { continue };
-            let Some(k) = KERNELS.iter().find(|k| k.name.eq_ignore_ascii_case(&kernel)) else { continue };
-            let entries = tf_cuda::kernels::entry_names(k.source);
-            assert!(
-                entries.contains(&entry),
-                "{}: `{entry}` is not an entry of {}.cu ({entries:?})",
-                f.display(),
-                k.name
-            );
-            checked += 1;
-        }
-    }
-    eprintln!("{checked} launches name an entry of their kernel");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let checked = tf_cuda::kernels::check_launched_entries(&src, &KERNELS);
     assert!(checked >= 20, "only {checked} launches were found: the scan no longer reads the calls");
 }

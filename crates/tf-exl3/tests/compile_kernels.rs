@@ -116,3 +116,10 @@ fn exl3_specializations_compile_for_every_k_and_codebook() {
         }
     }
 }
+
+#[test]
+fn every_launched_entry_is_defined_by_its_kernel() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let checked = tf_cuda::kernels::check_launched_entries(&src, &KERNELS);
+    assert!(checked >= 6, "only {checked} launches were found: the scan no longer reads the calls");
+}
