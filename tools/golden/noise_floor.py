@@ -2,6 +2,7 @@
 """The gate's noise floor: DeepSeek's V4.1 reference against itself under a change of order (README §8)."""
 
 import argparse
+import copy
 import hashlib
 import json
 import math
@@ -22,6 +23,7 @@ COMPARISONS = {
     "order": "head prefilled whole (one start_pos-0 call) vs fed token by token from position 0",
     "threads": "the same schedule (head prefilled whole) with torch threads {a} vs {b}",
     "prefill": "every scored row from a decode step (head prefilled whole) vs from one prefill of the whole prompt",
+    "device": "the same schedule (head prefilled whole, decode steps after) on {d} vs on the CPU",
 }
 
 
@@ -119,20 +121,25 @@ class Reference:
         model, self.args, self.notes = rr.build(self.v41, ckpt, max_seq_len)
         self.state = model.state_dict()
 
-    def fresh(self):
-        """A new Transformer (empty caches) holding the same weights: nothing carries over between runs."""
+    def fresh(self, device: str = "cpu"):
+        """A new Transformer (empty caches) holding the same weights on `device`: nothing carries over between runs."""
         with self.v41.set_dtype(torch.bfloat16):
             model = self.v41.Transformer(self.args, tokenizer=None)
         model.load_state_dict(self.state, strict=True)
+        if device != "cpu":
+            # FP4 and E8M0 tensors travel as bytes: a plain .to() of those dtypes is not supported everywhere.
+            model._apply(lambda t: t.to(device) if t.element_size() > 1 else t.view(torch.uint8).to(device).view(t.dtype))
         return model.eval()
 
 
 def call(model, v41, ids: list[int], start_pos: int, threads: int) -> np.ndarray:
     """One reference forward at `threads` torch threads; its logits row (the last position's) as f32."""
     torch.set_num_threads(threads)
-    with v41.set_dtype(torch.bfloat16), torch.inference_mode():
+    dev = next(model.parameters()).device
+    # Upstream runs with CUDA as the default device; tensors the forward makes land beside the weights.
+    with v41.set_dtype(torch.bfloat16), torch.inference_mode(), torch.device(dev):
         _, logits, _ = model(torch.tensor([ids]), start_pos)
-    row = logits[0].float().numpy().copy()
+    row = logits[0].float().cpu().numpy().copy()
     if not np.isfinite(row).all():
         sys.exit(f"non-finite logits at start_pos {start_pos}")
     return row
@@ -141,14 +148,14 @@ def call(model, v41, ids: list[int], start_pos: int, threads: int) -> np.ndarray
 class Schedule:
     """One way of feeding a prompt: its head whole or token by token, then one decode step per scored position."""
 
-    def __init__(self, ref: Reference, whole: bool, threads: int):
-        self.ref, self.whole, self.threads = ref, whole, threads
+    def __init__(self, ref: Reference, whole: bool, threads: int, device: str = "cpu"):
+        self.ref, self.whole, self.threads, self.device = ref, whole, threads, device
         self.seconds = 0.0
 
     def head(self, ids: list[int], head: int, upto: int) -> np.ndarray:
         """A fresh model fed ids[:head]; the logits for the position after it."""
         t = time.time()
-        self.model = self.ref.fresh()
+        self.model = self.ref.fresh(self.device)
         ids = ids[:head]
         if self.whole:
             row = call(self.model, self.ref.v41, ids, 0, self.threads)
@@ -195,6 +202,8 @@ def run(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
         others["order"] = Schedule(ref, whole=False, threads=a.threads)
     if "threads" in a.compare:
         others["threads"] = Schedule(ref, whole=True, threads=a.threads_b)
+    if "device" in a.compare:
+        others["device"] = Schedule(ref, whole=True, threads=a.threads, device=a.device_b)
     if "prefill" in a.compare:
         others["prefill"] = WholePrompt(ref, threads=a.threads)
     rows = {c: {} for c in others}
@@ -204,7 +213,7 @@ def run(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
         head = min(max(int(n * a.prefill_frac), 1), max(n - 1, 1))
         if head >= n or left == 0:
             continue
-        want = min(n - head, left)
+        want = min(n - head, left, a.prompt_positions or sys.maxsize)
         # --only keeps the whole set's schedule (what --max-positions leaves each prompt) and runs just these prompts.
         if a.only and p["name"] not in a.only:
             left -= want
@@ -225,6 +234,80 @@ def run(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
         print(f"noise_floor: {p['name']} ({p['kind']}): {want} positions after a {head}-token head, "
               f"{time.time() - t0:.1f}s", file=sys.stderr)
     seconds = {"base": base.seconds} | {c: s.seconds for c, s in others.items()}
+    return rows, seconds
+
+
+def cut_heads(n: int, fracs: list) -> list:
+    """The distinct head lengths of a prompt of n tokens at each cut, as the gate's `--cuts` (int(n * f) in [1, n-1])."""
+    return sorted({min(max(int(n * f), 1), max(n - 1, 1)) for f in fracs})
+
+
+class Fed:
+    """The order side of greedy rows: one model fed the prompt token by token once, copied at each cut."""
+
+    def __init__(self, ref: Reference, ids: list, threads: int):
+        self.ref, self.ids, self.threads = ref, ids, threads
+        self.model, self.fed, self.row = ref.fresh(), 0, None
+
+    def upto(self, head: int):
+        """A copy of the model fed ids[:head] and the logits for the position after it."""
+        for pos in range(self.fed, head):
+            self.row = call(self.model, self.ref.v41, [self.ids[pos]], pos, self.threads)
+        self.fed = head
+        # Parameters are shared (they carry their scales as attributes, which deepcopy drops); caches are copied.
+        return copy.deepcopy(self.model, {id(w): w for w in self.model.parameters()}), self.row
+
+
+def greedy_side(comp: str, ref: Reference, fed: Fed, ids: list, head: int, toks: list, a) -> list:
+    """One comparison's rows teacher-forced on the base's greedy tokens after ids[:head]."""
+    v41, threads = ref.v41, (a.threads_b if comp == "threads" else a.threads)
+    if comp == "prefill":
+        model = ref.fresh()
+        full = type(model.head).forward
+        model.head.forward = lambda x: full(model.head, x[:, head - 1:], full_logits=True)
+        return list(call(model, v41, ids[:head] + toks[:-1], 0, threads))
+    if comp == "order":
+        model, row = fed.upto(head)
+    else:
+        model = ref.fresh(a.device_b if comp == "device" else "cpu")
+        row = call(model, v41, ids[:head], 0, threads)
+    out = [row]
+    for i, tok in enumerate(toks[:-1]):
+        out.append(call(model, v41, [tok], head + i, threads))
+    return out
+
+
+def run_greedy(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
+    """Greedy rows: at each cut the base (head whole, decode steps) generates --greedy tokens; the others follow them."""
+    rows = {c: {} for c in a.compare}
+    seconds = {"base": 0.0} | {c: 0.0 for c in a.compare}
+    for p in prompts:
+        if a.only and p["name"] not in a.only:
+            continue
+        ids, t0 = p["ids"], time.time()
+        fed = Fed(ref, ids, a.threads) if "order" in a.compare else None
+        for head in cut_heads(len(ids), a.cuts):
+            t = time.time()
+            model = ref.fresh()
+            e = call(model, ref.v41, ids[:head], 0, a.threads)
+            base, toks = [], []
+            # The base stops after scoring an end of text, as a reply would.
+            while len(toks) < min(a.greedy, a.max_seq - head) and (not toks or toks[-1] != a.eos):
+                if toks:
+                    e = call(model, ref.v41, [toks[-1]], head + len(toks) - 1, a.threads)
+                base.append(e)
+                toks.append(int(np.argmax(e)))
+            seconds["base"] += time.time() - t
+            for comp in a.compare:
+                t = time.time()
+                got = greedy_side(comp, ref, fed, ids, head, toks, a)
+                seconds[comp] += time.time() - t
+                for ex, row, tok in zip(base, got, toks):
+                    r = score_row(ex, row, tok)
+                    rows[comp].setdefault(p["kind"], []).append(r)
+                    rows[comp].setdefault("all", []).append(r)
+        print(f"noise_floor: {p['name']} ({p['kind']}): greedy rows at heads {cut_heads(len(ids), a.cuts)}, "
+              f"{time.time() - t0:.1f}s", file=sys.stderr)
     return rows, seconds
 
 
@@ -250,9 +333,13 @@ def receipt(comparison: str, rows: dict, a, ref: Reference, ckpt: Path, sha: str
         "candidate": {"order": f"reference, head fed token by token from position 0, {a.threads} torch thread(s)",
                       "threads": f"reference, head prefilled whole, decode steps after, {threads_b} torch thread(s)",
                       "prefill": f"reference, the prompt through its last scored position prefilled whole in one call, "
-                                 f"every row's logits, {a.threads} torch thread(s)"}[comparison],
-        "description": COMPARISONS[comparison].format(a=a.threads, b=a.threads_b),
+                                 f"every row's logits, {a.threads} torch thread(s)",
+                      "device": f"reference, head prefilled whole, decode steps after, on {a.device_b}"}[comparison],
+        "description": COMPARISONS[comparison].format(a=a.threads, b=a.threads_b, d=a.device_b),
+        "rows": f"greedy: {a.greedy} tokens the exact side generates at heads {a.cuts} of each prompt" if a.greedy
+        else "text: the prompt's own next tokens", "greedy": a.greedy, "cuts": a.cuts if a.greedy else None,
         "prefill_frac": a.prefill_frac, "window": 1, "max_positions": a.max_positions, "max_len": a.max_len,
+        "prompt_positions": a.prompt_positions,
         "prompts": str(a.prompts), "ids": str(a.ids) if a.ids else None, "skipped_prompts": skipped,
         "by_kind": {k: summary(v) for k, v in sorted(rows.items())},
         "reference": {
@@ -267,6 +354,9 @@ def receipt(comparison: str, rows: dict, a, ref: Reference, ckpt: Path, sha: str
             "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
             "threads": {"exact": a.threads, "candidate": threads_b},
             "torch_parallel": [l.strip() for l in torch.__config__.parallel_info().splitlines() if "MP " in l][:1],
+            "gpu": torch.cuda.get_device_name(torch.device(a.device_b)) if comparison == "device" and a.device_b.startswith("cuda") else None,
+            "cuda_bf16_reduced_precision_reduction":
+                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction if comparison == "device" and a.device_b.startswith("cuda") else None,
         },
         "model_args": {"max_seq_len": ref.args.max_seq_len, "max_batch_size": 1, "temperature": 0.0},
         "seconds": {"exact": round(seconds["base"], 2), "candidate": round(seconds[comparison], 2)},
@@ -283,9 +373,14 @@ def main():
                     help="JSON {prompts: [{name, ids}]}: token ids by prompt name (chats need it; wins over text)")
     ap.add_argument("--prefill-frac", type=float, default=0.5, help="share of each prompt in the head (gate: 0.5)")
     ap.add_argument("--max-positions", type=int, help="stop after this many scored positions (gate's flag)")
+    ap.add_argument("--prompt-positions", type=int, help="text rows: score at most this many positions of each prompt")
+    ap.add_argument("--greedy", type=int, default=0,
+                    help="score greedy rows instead: this many tokens the base generates at each cut (gate's --greedy)")
+    ap.add_argument("--cuts", default="0.125,0.25,0.375,0.5", help="greedy rows: the heads, as shares of each prompt")
     ap.add_argument("--max-len", type=int, help="cut every prompt to this many tokens first (mechanics runs only)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the exact side and of order")
     ap.add_argument("--threads-b", type=int, default=2, help="torch threads of the threads comparison's candidate")
+    ap.add_argument("--device-b", default="cuda", help="torch device of the device comparison's candidate")
     ap.add_argument("--index-keys", choices=("owner", "reference"), default="owner",
                     help="owner: our exact path's rule (spec §6.5); reference: upstream's stale keys")
     ap.add_argument("--ref", type=Path, default=HERE / "ref" / "deepseek_v41", help="vendored reference package")
@@ -294,6 +389,9 @@ def main():
     a = ap.parse_args()
     a.only = {n.strip() for n in a.only.split(",")} if a.only else None
     a.compare = [c.strip() for c in a.compare.split(",") if c.strip()]
+    a.cuts = [float(f) for f in a.cuts.split(",") if f.strip()]
+    if a.greedy < 0 or any(not 0.0 <= f < 1.0 for f in a.cuts):
+        sys.exit("--greedy: tokens at each cut (0: text rows); --cuts: shares in [0, 1)")
     if not a.compare or any(c not in COMPARISONS for c in a.compare):
         sys.exit(f"--compare: a comma list of {sorted(COMPARISONS)}")
     if a.merge:
@@ -305,18 +403,20 @@ def main():
         sys.exit("--ckpt: the checkpoint to run (only --merge goes without)")
     ckpt = a.ckpt.resolve()
     cfg = json.loads((ckpt / "inference" / "config.json").read_text())
-    bos = json.loads((ckpt / "config.json").read_text()).get("bos_token_id", cfg.get("bos_token_id", 0))
-    cap = cfg["max_seq_len"] - 1
+    hf = json.loads((ckpt / "config.json").read_text())
+    bos = hf.get("bos_token_id", cfg.get("bos_token_id", 0))
+    a.eos = hf.get("eos_token_id", cfg.get("eos_token_id", 1))
+    cap, a.max_seq = cfg["max_seq_len"] - 1, cfg["max_seq_len"]
     if a.max_len:
         cap = min(cap, a.max_len)
     prompts, skipped = load_prompts(a.prompts, a.ids, ckpt, bos, cap)
     for s in skipped:
         print(f"noise_floor: skipped {s}", file=sys.stderr)
     longest = max(len(p["ids"]) for p in prompts)
-    ref = Reference(a.ref, ckpt, a.index_keys, max(64, math.ceil((longest + 1) / 32) * 32))
+    ref = Reference(a.ref, ckpt, a.index_keys, max(64, math.ceil((longest + a.greedy + 1) / 32) * 32))
     sha = shards_sha256(ckpt)
     t0 = time.time()
-    rows, seconds = run(prompts, ref, a)
+    rows, seconds = (run_greedy if a.greedy else run)(prompts, ref, a)
     for c in a.compare:
         doc = receipt(c, rows[c], a, ref, ckpt, sha, skipped, seconds)
         doc["seconds"]["total"] = round(time.time() - t0, 2)

@@ -62,8 +62,16 @@ def merged_shards_equal_one_run():
     assert got["seconds"] == {"exact": 3.0, "candidate": 4.0} and len(got["merged_from"]) == 2
 
 
+def cut_heads_are_the_gates():
+    # The cases of xtask/src/gate.rs's cut_heads test, so greedy rows start where the gate's do.
+    assert nf.cut_heads(74, [0.125, 0.25, 0.375, 0.5]) == [9, 18, 27, 37]
+    assert nf.cut_heads(6659, [0.125, 0.25, 0.375, 0.5]) == [832, 1664, 2497, 3329]
+    assert nf.cut_heads(3, [0.0, 0.1, 0.9]) == [1, 2]
+    assert nf.cut_heads(1, [0.5]) == [1]
+
+
 if __name__ == "__main__":
     for test in (equal_rows_score_zero_and_agree, kl_matches_its_closed_form, a_summary_reports_means_and_quantiles,
-                 merged_shards_equal_one_run):
+                 merged_shards_equal_one_run, cut_heads_are_the_gates):
         test()
         print(f"ok {test.__name__}")

@@ -74,7 +74,25 @@ pub struct Args {
     pub out: Option<PathBuf>,
     /// Write the prompt set's ids (chats encoded by our encoder) here and stop, for tools/golden/noise_floor.py --ids.
     pub dump_ids: Option<PathBuf>,
+    /// Which rows to score: the prompts' own next tokens, greedy rows, or both; `None`: every set the thresholds declare.
+    pub rows: Option<Rows>,
+    /// Greedy rows: tokens generated at each cut and the cuts; `None`: as declared (else 64 at 1/8, 2/8, 3/8 and 4/8).
+    pub greedy: Option<usize>,
+    pub cuts: Option<Vec<f64>>,
 }
+
+/// The row sets a gate run scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rows {
+    /// Each prompt's own next tokens after its head (the reference continuation).
+    pub text: bool,
+    /// The exact path's greedy tokens at cuts of each prompt, the candidate teacher-forced on them.
+    pub greedy: bool,
+}
+
+/// Greedy rows when the thresholds declare none: 64 tokens at these shares of each prompt.
+const GREEDY_TOKENS: usize = 64;
+const GREEDY_CUTS: [f64; 4] = [0.125, 0.25, 0.375, 0.5];
 
 fn parse(args: &[String]) -> Result<Args, String> {
     let root = workspace_root();
@@ -89,6 +107,9 @@ fn parse(args: &[String]) -> Result<Args, String> {
         max_positions: None,
         out: None,
         dump_ids: None,
+        rows: None,
+        greedy: None,
+        cuts: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -117,6 +138,23 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--max-positions" => a.max_positions = Some(num(value()?)?),
             "--out" => a.out = Some(value()?.into()),
             "--dump-ids" => a.dump_ids = Some(value()?.into()),
+            "--rows" => {
+                let v = value()?;
+                let set: Vec<&str> = v.split(',').map(str::trim).collect();
+                if set.iter().any(|r| !matches!(*r, "text" | "greedy")) {
+                    return Err(format!("--rows: a comma list of text, greedy (got `{v}`)"));
+                }
+                a.rows = Some(Rows { text: set.contains(&"text"), greedy: set.contains(&"greedy") });
+            }
+            "--greedy" => a.greedy = Some(num(value()?)?.max(1)),
+            "--cuts" => {
+                let v = value()?;
+                let cuts: Option<Vec<f64>> = v.split(',').map(|f| f.trim().parse().ok()).collect();
+                a.cuts = Some(
+                    cuts.filter(|c| !c.is_empty() && c.iter().all(|f| (0.0..1.0).contains(f)))
+                        .ok_or_else(|| format!("--cuts: shares in [0, 1) (got `{v}`)"))?,
+                );
+            }
             other => return Err(format!("unexpected argument `{other}`")),
         }
     }
@@ -249,14 +287,96 @@ fn score<F: Family>(exact: &F, cand: &F, prompts: &[Prompt], a: &Args) -> Result
     Ok(t)
 }
 
-/// Loads both sides on one device through the server's loader and scores them.
-fn score_on(dir: &Path, a: &Args, sw: Switches, prompts: &[Prompt]) -> Result<Tallies, String> {
+/// The distinct heads of a prompt of `n` tokens at each cut (int(n * f) in [1, n-1]), as tools/golden/noise_floor.py's.
+pub fn cut_heads(n: usize, cuts: &[f64]) -> Vec<usize> {
+    let mut heads: Vec<usize> =
+        cuts.iter().map(|&f| ((n as f64 * f) as usize).clamp(1, n.saturating_sub(1).max(1))).collect();
+    heads.sort_unstable();
+    heads.dedup();
+    heads
+}
+
+/// Greedy rows: at each cut the exact path generates `tokens` greedily (one decode step each, stopping after an
+/// end of text); the candidate prefills the same head and is teacher-forced on them in windows.
+fn score_greedy<F: Family>(
+    exact: &F,
+    cand: &F,
+    prompts: &[Prompt],
+    a: &Args,
+    (tokens, cuts): (usize, &[f64]),
+) -> Result<Tallies, Box<dyn std::error::Error>> {
+    let (mut t, eos) = (Tallies::new(), exact.eos_token());
+    let mut left = a.max_positions.unwrap_or(usize::MAX);
+    for p in prompts {
+        let heads = cut_heads(p.ids.len(), cuts);
+        for &head in &heads {
+            let want = tokens.min(exact.max_context().saturating_sub(head)).min(left);
+            if want == 0 || head >= p.ids.len() {
+                continue;
+            }
+            let mut le = exact.new_lane()?;
+            let mut row = exact.prefill(&mut le, &p.ids[..head], true)?.ok_or("prefill gave no logits")?;
+            let (mut rows_e, mut toks) = (Vec::new(), Vec::<u32>::new());
+            while toks.len() < want && toks.last() != Some(&eos) {
+                if let Some(&tok) = toks.last() {
+                    row = exact.decode(&mut le, &[tok])?.pop().ok_or("decode gave no logits")?;
+                }
+                toks.push(tf_core::ops::argmax(&row));
+                rows_e.push(std::mem::take(&mut row));
+            }
+            let mut lc = cand.new_lane()?;
+            let mut rows_c = vec![cand.prefill(&mut lc, &p.ids[..head], true)?.ok_or("prefill gave no logits")?];
+            for w in toks[..toks.len() - 1].chunks(a.window) {
+                rows_c.extend(cand.decode(&mut lc, w)?);
+            }
+            for ((e, c), &tok) in rows_e.iter().zip(&rows_c).zip(&toks) {
+                let r = score_row(e, c, tok);
+                t.entry(p.kind.clone()).or_default().push(r);
+                t.entry("all".into()).or_default().push(r);
+            }
+            left -= toks.len();
+        }
+        eprintln!("gate: {} ({}): greedy rows at heads {heads:?}", p.name, p.kind);
+    }
+    Ok(t)
+}
+
+/// What a run scores: the text rows and, when asked, greedy rows of `tokens` at `cuts`.
+struct Plan<'a> {
+    text: bool,
+    greedy: Option<(usize, &'a [f64])>,
+}
+
+/// Loads both sides on one device through the server's loader and scores each row set asked for.
+fn score_on(
+    dir: &Path,
+    a: &Args,
+    sw: Switches,
+    prompts: &[Prompt],
+    plan: &Plan,
+) -> Result<Vec<(&'static str, Tallies)>, String> {
     use tf_dsv41::family::Loaded;
+    fn both<F: Family>(
+        e: &F,
+        c: &F,
+        prompts: &[Prompt],
+        a: &Args,
+        plan: &Plan,
+    ) -> Result<Vec<(&'static str, Tallies)>, Box<dyn std::error::Error>> {
+        let mut out = Vec::new();
+        if plan.text {
+            out.push(("text", score(e, c, prompts, a)?));
+        }
+        if let Some(g) = plan.greedy {
+            out.push(("greedy", score_greedy(e, c, prompts, a, g)?));
+        }
+        Ok(out)
+    }
     let exact = Loaded::load(dir, tf_dsv41::Options::default(), a.device, false).map_err(|e| e.to_string())?;
     let cand = Loaded::load(dir, sw.options(), a.device, sw.cuda_graphs).map_err(|e| e.to_string())?;
     let scored = match (exact, cand) {
-        (Loaded::Cpu(e), Loaded::Cpu(c)) => score(&*e, &*c, prompts, a),
-        (Loaded::Cuda(e), Loaded::Cuda(c)) => score(&*e, &*c, prompts, a),
+        (Loaded::Cpu(e), Loaded::Cpu(c)) => both(&*e, &*c, prompts, a, plan),
+        (Loaded::Cuda(e), Loaded::Cuda(c)) => both(&*e, &*c, prompts, a, plan),
         _ => Err("the exact path and the candidate loaded on different devices".into()),
     };
     scored.map_err(|e| e.to_string())
@@ -282,26 +402,59 @@ pub fn gate(a: &Args) -> Result<Value, String> {
     }
     let sha = checkpoint_sha256(&dir)?;
     let t0 = Instant::now();
-    let tallies = score_on(&dir, a, sw, &prompts)?;
-    let total: Summary = tallies.get("all").map(Tally::summary).ok_or("no position was scored")?;
-    for (kind, t) in &tallies {
-        println!("{}", t.summary().line(kind));
+    let rows = a.rows.unwrap_or(Rows { text: true, greedy: th.greedy.is_some() });
+    let declared = th.greedy.as_ref();
+    let tokens = a.greedy.or(declared.map(|g| g.tokens)).unwrap_or(GREEDY_TOKENS);
+    let cuts = a.cuts.clone().or(declared.map(|g| g.cuts.clone())).unwrap_or(GREEDY_CUTS.to_vec());
+    let plan = Plan { text: rows.text, greedy: rows.greedy.then_some((tokens, &cuts[..])) };
+    let sets = score_on(&dir, a, sw, &prompts, &plan)?;
+    let mut failures = Vec::new();
+    let mut unjudged = Vec::new();
+    let mut by_rows = serde_json::Map::new();
+    for (name, tallies) in &sets {
+        let total: Summary = tallies.get("all").map(Tally::summary).ok_or(format!("no {name} row was scored"))?;
+        for (kind, t) in tallies {
+            println!("{}", t.summary().line(&format!("{name}:{kind}")));
+        }
+        let limits = match *name {
+            "text" => Some(&th),
+            _ => declared.filter(|g| g.tokens == tokens && g.cuts == cuts).map(|g| &*g.limits),
+        };
+        match limits {
+            Some(l) => failures.extend(l.failures(&total).into_iter().map(|f| format!("{name} rows: {f}"))),
+            None => unjudged.push(*name),
+        }
+        by_rows.insert(
+            name.to_string(),
+            tallies.iter().map(|(k, t)| (k.clone(), t.summary().to_json())).collect::<serde_json::Map<_, _>>().into(),
+        );
     }
-    let failures = th.failures(&total);
+    // A run that leaves out a declared row set cannot pass.
+    if !rows.text {
+        unjudged.push("text");
+    }
+    if declared.is_some() && !rows.greedy {
+        unjudged.push("greedy");
+    }
     let verdict = match &th.gate_model {
         None => "no verdict: no gate model is declared in the thresholds yet (random models cannot gate)".to_string(),
         Some(g) if !th.judges(&sha) => {
             format!("no verdict: the thresholds are declared for checkpoint {g} and its listed copies, this is {sha}")
         }
-        Some(_) if failures.is_empty() => "pass".into(),
-        Some(_) => "fail".into(),
+        Some(_) if !failures.is_empty() => "fail".into(),
+        Some(_) if !unjudged.is_empty() => {
+            format!("no verdict: {} rows not scored or not declared", unjudged.join(" and "))
+        }
+        Some(_) => "pass".into(),
     };
     let report = json!({
         "model": dir.display().to_string(), "model_sha256": sha,
         "device": a.device.map_or("cpu".to_string(), |n| format!("cuda:{n}")),
         "candidate": a.candidate, "prefill_frac": a.prefill_frac, "window": a.window,
+        "greedy": rows.greedy.then(|| json!({"tokens": tokens, "cuts": cuts})),
         "prompts": a.prompts.display().to_string(), "thresholds": th_json,
-        "by_kind": tallies.iter().map(|(k, t)| (k.clone(), t.summary().to_json())).collect::<serde_json::Map<_, _>>(),
+        "by_kind": by_rows.get("text").cloned().unwrap_or(Value::Null),
+        "by_kind_greedy": by_rows.get("greedy").cloned().unwrap_or(Value::Null),
         "failures": failures, "verdict": verdict, "seconds": t0.elapsed().as_secs_f64(),
     });
     if let Some(out) = &a.out {
@@ -312,4 +465,18 @@ pub fn gate(a: &Args) -> Result<Value, String> {
         println!("  {}", f.as_str().unwrap_or_default());
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_heads;
+
+    #[test]
+    fn cut_heads_are_noise_floor_pys() {
+        // The same cases as tools/golden/test_noise_floor.py, so the floor's greedy rows start where the gate's do.
+        assert_eq!(cut_heads(74, &[0.125, 0.25, 0.375, 0.5]), [9, 18, 27, 37]);
+        assert_eq!(cut_heads(6659, &[0.125, 0.25, 0.375, 0.5]), [832, 1664, 2497, 3329]);
+        assert_eq!(cut_heads(3, &[0.0, 0.1, 0.9]), [1, 2]);
+        assert_eq!(cut_heads(1, &[0.5]), [1]);
+    }
 }

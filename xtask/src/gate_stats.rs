@@ -136,6 +136,18 @@ pub struct Thresholds {
     pub min_agreement: Option<f64>,
     pub max_top1_drop: Option<f64>,
     pub max_nll_increase: Option<f64>,
+    /// Limits for greedy rows (the exact path's own continuations at cuts of each prompt); `None`: not declared.
+    pub greedy: Option<GreedyRows>,
+}
+
+/// How greedy rows are taken and the limits declared for them (`greedy_rows` in thresholds.json).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GreedyRows {
+    /// Tokens the exact path generates at each cut.
+    pub tokens: usize,
+    /// The heads, as shares of each prompt.
+    pub cuts: Vec<f64>,
+    pub limits: Box<Thresholds>,
 }
 
 impl Thresholds {
@@ -156,6 +168,10 @@ impl Thresholds {
             min_agreement: num("min_greedy_agreement")?,
             max_top1_drop: num("max_top1_drop")?,
             max_nll_increase: num("max_nll_increase")?,
+            greedy: match v.get("greedy_rows") {
+                None | Some(Value::Null) => None,
+                Some(g) => Some(GreedyRows::from_json(g)?),
+            },
         })
     }
 
@@ -163,7 +179,20 @@ impl Thresholds {
     pub fn judges(&self, sha: &str) -> bool {
         self.gate_model.as_deref() == Some(sha) || self.copies.iter().any(|c| c == sha)
     }
+}
 
+impl GreedyRows {
+    fn from_json(v: &Value) -> Result<GreedyRows, String> {
+        let tokens = v.get("tokens").and_then(Value::as_u64).ok_or("thresholds: greedy_rows.tokens must be a count")?;
+        let cuts: Option<Vec<f64>> =
+            v.get("cuts").and_then(Value::as_array).map(|c| c.iter().filter_map(Value::as_f64).collect());
+        let cuts = cuts.filter(|c| !c.is_empty() && c.iter().all(|f| (0.0..1.0).contains(f)));
+        let cuts = cuts.ok_or("thresholds: greedy_rows.cuts must be shares in [0, 1)")?;
+        Ok(GreedyRows { tokens: tokens as usize, cuts, limits: Box::new(Thresholds::from_json(v)?) })
+    }
+}
+
+impl Thresholds {
     /// The limits `s` breaks, each as a sentence; empty when it passes every declared one.
     pub fn failures(&self, s: &Summary) -> Vec<String> {
         let mut out = Vec::new();

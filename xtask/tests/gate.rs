@@ -63,7 +63,7 @@ fn the_gate_scores_a_candidate_and_judges_only_on_the_declared_model() {
     let strict = thresholds(d.path(), json!({"gate_model": sha, "max_nll_increase": -1.0}));
     let (code, r, log) = gate(d.path(), &["--candidate", "exact", "--thresholds", &strict]);
     assert_eq!((code, r["verdict"].as_str()), (1, Some("fail")), "{log}");
-    assert!(r["failures"][0].as_str().unwrap().starts_with("NLL increase"), "{r}");
+    assert!(r["failures"][0].as_str().unwrap().starts_with("text rows: NLL increase"), "{r}");
     let fair = thresholds(d.path(), json!({"gate_model": sha, "max_nll_increase": 0.01, "max_kl_mean": 0.0}));
     let (code, r, log) = gate(d.path(), &["--candidate", "exact", "--thresholds", &fair]);
     assert_eq!((code, r["verdict"].as_str()), (0, Some("pass")), "{log}");
@@ -76,4 +76,36 @@ fn the_gate_scores_a_candidate_and_judges_only_on_the_declared_model() {
     assert!(chat["ids"].as_array().unwrap().len() > 20, "the chat is encoded, not skipped: {chat}");
     let (code, _, log) = gate(d.path(), &["--candidate", "fast-please"]);
     assert_eq!(code, 2, "an unknown switch is a usage error: {log}");
+}
+
+#[test]
+fn greedy_rows_follow_the_exact_paths_own_tokens_and_are_judged_when_declared() {
+    let d = tempfile::tempdir().unwrap();
+    tf_dsv41::tiny::write_checkpoint(tf_dsv41::tiny::TinyKind::Tiny, 0, &d.path().join("model")).unwrap();
+    let (_, r, _) = gate(d.path(), &["--candidate", "exact", "--rows", "greedy", "--greedy", "1"]);
+    let sha = r["model_sha256"].as_str().unwrap().to_string();
+    let greedy = json!({"tokens": 6, "cuts": [0.25, 0.5], "max_kl_mean": 0.0, "min_greedy_agreement": 1.0});
+    let declared = thresholds(d.path(), json!({"gate_model": sha, "max_kl_mean": 0.0, "greedy_rows": greedy}));
+    let (code, r, log) = gate(d.path(), &["--candidate", "exact", "--thresholds", &declared]);
+    assert_eq!((code, r["verdict"].as_str()), (0, Some("pass")), "both declared row sets scored: {log}");
+    let g = &r["by_kind_greedy"]["all"];
+    let n = g["positions"].as_u64().unwrap();
+    assert!(n > 6 && n <= 3 * 2 * 6, "at most 6 tokens at each of 2 cuts of 3 prompts: {g}");
+    assert_eq!((g["top1_exact"].as_f64(), g["kl_max"].as_f64()), (Some(1.0), Some(0.0)), "{g}");
+    assert!(r["by_kind"]["all"]["positions"].as_u64().unwrap() > 30, "the text rows too: {r}");
+
+    let (code, w, log) = gate(d.path(), &["--candidate", "wide-sums", "--thresholds", &declared]);
+    assert_eq!((code, w["verdict"].as_str()), (1, Some("fail")), "{log}");
+    let wg = &w["by_kind_greedy"]["all"];
+    assert!(wg["kl_max"].as_f64().unwrap() > 0.0, "the candidate follows the exact tokens with its own numerics: {wg}");
+    assert_eq!(wg["positions"], g["positions"], "the exact side generates the same tokens whatever the candidate");
+    assert!(w["failures"].as_array().unwrap().iter().any(|f| f.as_str().unwrap().starts_with("greedy rows: KL mean")));
+
+    let (code, r, log) = gate(d.path(), &["--candidate", "exact", "--thresholds", &declared, "--rows", "text"]);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(r["verdict"], "no verdict: greedy rows not scored or not declared", "{r}");
+    let (_, r, log) = gate(d.path(), &["--candidate", "exact", "--thresholds", &declared, "--greedy", "5"]);
+    assert_eq!(r["verdict"], "no verdict: greedy rows not scored or not declared", "other tokens than declared: {log}");
+    let (code, _, log) = gate(d.path(), &["--candidate", "exact", "--cuts", "0.5,1.5"]);
+    assert_eq!(code, 2, "a cut past the prompt is a usage error: {log}");
 }
