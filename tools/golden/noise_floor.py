@@ -136,9 +136,18 @@ def call(model, v41, ids: list[int], start_pos: int, threads: int) -> np.ndarray
     """One reference forward at `threads` torch threads; its logits row (the last position's) as f32."""
     torch.set_num_threads(threads)
     dev = next(model.parameters()).device
-    # Upstream runs with CUDA as the default device; tensors the forward makes land beside the weights.
-    with v41.set_dtype(torch.bfloat16), torch.inference_mode(), torch.device(dev):
-        _, logits, _ = model(torch.tensor([ids]), start_pos)
+    # kernel_cpu's module-level tables (FP4 values, E2M1 midpoints) go to the device for the call, then back.
+    kern = sys.modules[v41.__name__.rsplit(".", 1)[0] + ".kernel_cpu"]
+    tables = {k: t for k, t in vars(kern).items() if isinstance(t, torch.Tensor)} if dev.type != "cpu" else {}
+    for k, t in tables.items():
+        setattr(kern, k, t.to(dev))
+    try:
+        # Upstream runs with CUDA as the default device; tensors the forward makes land beside the weights.
+        with v41.set_dtype(torch.bfloat16), torch.inference_mode(), torch.device(dev):
+            _, logits, _ = model(torch.tensor([ids]), start_pos)
+    finally:
+        for k, t in tables.items():
+            setattr(kern, k, t)
     row = logits[0].float().cpu().numpy().copy()
     if not np.isfinite(row).all():
         sys.exit(f"non-finite logits at start_pos {start_pos}")
