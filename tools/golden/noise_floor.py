@@ -24,7 +24,38 @@ COMPARISONS = {
     "threads": "the same schedule (head prefilled whole) with torch threads {a} vs {b}",
     "prefill": "every scored row from a decode step (head prefilled whole) vs from one prefill of the whole prompt",
     "device": "the same schedule (head prefilled whole, decode steps after) on {d} vs on the CPU",
+    "ours-exact": "the reference (head whole, decode steps) vs our CPU forward's exact path (head prefilled, windows of 16)",
+    "ours-wide-sums": "the reference (head whole, decode steps) vs our CPU forward with wide sums (head prefilled, windows of 16)",
 }
+
+
+def ours_rows(a, ids: list, head: int) -> np.ndarray:
+    """Our CPU forward (crates/tf-dsv41/examples/gate_rows.rs) on ids: the rows from ids[:head]'s last on, as f32."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        seqs, out = Path(d) / "seqs.json", Path(d) / "rows.f32"
+        seqs.write_text(json.dumps([{"ids": ids, "head": head}]))
+        subprocess.run([str(a.ours), str(a.ckpt), str(seqs), str(out), a.ours_switch], check=True)
+        return np.fromfile(out, dtype="<f4").reshape(len(ids) - head + 1, -1)
+
+
+class Ours:
+    """Our CPU forward as a compared side: every scored row of a prompt from one run of gate_rows."""
+
+    def __init__(self, a, switch: str):
+        self.a, self.switch, self.seconds = a, switch, 0.0
+
+    def head(self, ids: list[int], head: int, upto: int) -> np.ndarray:
+        t = time.time()
+        self.a.ours_switch = self.switch
+        self.rows, self.first = ours_rows(self.a, ids[:upto], head), head - 1
+        self.seconds += time.time() - t
+        return self.rows[0]
+
+    def step(self, tok: int, pos: int) -> np.ndarray:
+        return self.rows[pos - self.first]
 
 
 # ---------------------------------------------------------------------------- statistics (as xtask/src/gate_stats.rs)
@@ -132,10 +163,18 @@ class Reference:
         return model.eval()
 
 
+LAST_DEVICE = [None]
+
+
 def call(model, v41, ids: list[int], start_pos: int, threads: int) -> np.ndarray:
     """One reference forward at `threads` torch threads; its logits row (the last position's) as f32."""
     torch.set_num_threads(threads)
     dev = next(model.parameters()).device
+    # The reference caches index tensors per shape (lru_cache); a cached tensor of the other device must not be reused.
+    if dev != LAST_DEVICE[0]:
+        for f in vars(v41).values():
+            getattr(f, "cache_clear", lambda: None)()
+        LAST_DEVICE[0] = dev
     # kernel_cpu's module-level tables (FP4 values, E2M1 midpoints) go to the device for the call, then back.
     kern = sys.modules[v41.__name__.rsplit(".", 1)[0] + ".kernel_cpu"]
     tables = {k: t for k, t in vars(kern).items() if isinstance(t, torch.Tensor)} if dev.type != "cpu" else {}
@@ -213,6 +252,8 @@ def run(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
         others["threads"] = Schedule(ref, whole=True, threads=a.threads_b)
     if "device" in a.compare:
         others["device"] = Schedule(ref, whole=True, threads=a.threads, device=a.device_b)
+    for c in (c for c in a.compare if c.startswith("ours-")):
+        others[c] = Ours(a, c.removeprefix("ours-"))
     if "prefill" in a.compare:
         others["prefill"] = WholePrompt(ref, threads=a.threads)
     rows = {c: {} for c in others}
@@ -270,6 +311,9 @@ class Fed:
 def greedy_side(comp: str, ref: Reference, fed: Fed, ids: list, head: int, toks: list, a) -> list:
     """One comparison's rows teacher-forced on the base's greedy tokens after ids[:head]."""
     v41, threads = ref.v41, (a.threads_b if comp == "threads" else a.threads)
+    if comp.startswith("ours-"):
+        a.ours_switch = comp.removeprefix("ours-")
+        return list(ours_rows(a, ids[:head] + toks[:-1], head))
     if comp == "prefill":
         model = ref.fresh()
         full = type(model.head).forward
@@ -343,7 +387,8 @@ def receipt(comparison: str, rows: dict, a, ref: Reference, ckpt: Path, sha: str
                       "threads": f"reference, head prefilled whole, decode steps after, {threads_b} torch thread(s)",
                       "prefill": f"reference, the prompt through its last scored position prefilled whole in one call, "
                                  f"every row's logits, {a.threads} torch thread(s)",
-                      "device": f"reference, head prefilled whole, decode steps after, on {a.device_b}"}[comparison],
+                      "device": f"reference, head prefilled whole, decode steps after, on {a.device_b}"}.get(
+            comparison, f"our CPU forward ({comparison.removeprefix('ours-')}): head prefilled, decode windows of 16"),
         "description": COMPARISONS[comparison].format(a=a.threads, b=a.threads_b, d=a.device_b),
         "rows": f"greedy: {a.greedy} tokens the exact side generates at heads {a.cuts} of each prompt" if a.greedy
         else "text: the prompt's own next tokens", "greedy": a.greedy, "cuts": a.cuts if a.greedy else None,
@@ -390,6 +435,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the exact side and of order")
     ap.add_argument("--threads-b", type=int, default=2, help="torch threads of the threads comparison's candidate")
     ap.add_argument("--device-b", default="cuda", help="torch device of the device comparison's candidate")
+    ap.add_argument("--ours", type=Path, help="the gate_rows example binary, for the ours-exact and ours-wide-sums comparisons")
     ap.add_argument("--index-keys", choices=("owner", "reference"), default="owner",
                     help="owner: our exact path's rule (spec §6.5); reference: upstream's stale keys")
     ap.add_argument("--ref", type=Path, default=HERE / "ref" / "deepseek_v41", help="vendored reference package")
@@ -405,6 +451,8 @@ def main():
         sys.exit(f"--compare: a comma list of {sorted(COMPARISONS)}")
     if a.merge:
         return merge(a)
+    if any(c.startswith("ours-") for c in a.compare) and not (a.ours and a.ours.is_file()):
+        sys.exit("--ours: the gate_rows binary (cargo build --release -p tf-dsv41 --example gate_rows)")
     if not 0.0 <= a.prefill_frac < 1.0:
         sys.exit("--prefill-frac: in [0, 1)")
 
