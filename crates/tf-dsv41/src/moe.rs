@@ -27,6 +27,8 @@ pub struct Moe {
     pub owned: std::ops::Range<usize>,
     /// Expert parallel: the group the other ranks' expert outputs come from.
     pub ep: Option<crate::tp::SharedComm>,
+    /// Tensor parallel by width (`Options::expert_width`): this rank's share of every routed expert's inner dimension.
+    pub width: Option<Width>,
     /// Sequence-parallel rows: long calls run the shared expert a share of rows per rank.
     pub sp: Option<crate::tp::RowShare>,
     pub shared: Expert<QLinear<Fp8Weight>>,
@@ -47,6 +49,14 @@ pub struct Moe {
 pub struct PickCount {
     pub routed: std::sync::atomic::AtomicU64,
     pub kept: std::sync::atomic::AtomicU64,
+}
+
+/// A width split's share: rank `rank` of `world` holds inner columns `inner` (whole 32-blocks) of every routed expert.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Width {
+    pub rank: usize,
+    pub world: usize,
+    pub inner: std::ops::Range<usize>,
 }
 
 /// MXFP4 copies of a layer's routed experts for prompt chunks (a tier-2 switch; decode keeps the stored experts).
@@ -99,6 +109,7 @@ impl Moe {
             experts,
             owned: s.owned.clone(),
             ep: None,
+            width: None,
             sp: None,
             shared: Expert {
                 w1: sh("w1", s.inter, s.dim)?,
@@ -125,6 +136,77 @@ impl Moe {
         }
         self.prefill = Some(PrefillExperts { experts, min_rows });
         Ok(true)
+    }
+
+    /// Keeps rank `rank` of `world`'s share of every routed expert's inner dimension: `w1`/`w3` rows, `w2` columns.
+    pub fn split_width(&mut self, rank: usize, world: usize, layer: &str) -> Result<()> {
+        let Some(first) = self.experts.first() else { return Ok(()) };
+        let blocks = crate::tp::partition(first.w1.out_features() / tf_core::ops::qgemm::QBLOCK, world);
+        let inner = blocks[rank].start * 32..blocks[rank].end * 32;
+        let native = |w: &QLinear<Fp4Weight>, e: usize| match w.native() {
+            Ok(w) => Ok(w.clone()),
+            Err(_) => Err(tf_core::Error::Invalid(format!(
+                "{layer}ffn.experts.{e}: routed experts split by width need the official FP4 format, not EXL3"
+            ))),
+        };
+        for (e, ex) in self.owned.clone().zip(&mut self.experts) {
+            let (w1, w2, w3) = (native(&ex.w1, e)?, native(&ex.w2, e)?, native(&ex.w3, e)?);
+            ex.w1 = QLinear::Native(w1.narrow_rows(inner.clone())?);
+            ex.w3 = QLinear::Native(w3.narrow_rows(inner.clone())?);
+            ex.w2 = QLinear::Native(w2.narrow_cols(inner.clone())?);
+        }
+        self.width = Some(Width { rank, world, inner });
+        Ok(())
+    }
+
+    /// Width split: each rank's share of the inner dimension, the `w2` sums chained rank to rank in K order (TP1's bits), then every rank takes them.
+    fn routed_by_width(&self, x: &[bf16], picks: &dyn Fn(usize) -> Vec<(usize, f32)>, y: &mut [f32]) {
+        let (Some(wd), Some(comm)) = (&self.width, &self.ep) else { unreachable!("routed_by_width without a width split") };
+        let dim = self.gate.inp;
+        let mut local = Vec::new();
+        for (e, ex) in self.owned.clone().zip(&self.experts) {
+            let picked = picks(e);
+            if picked.is_empty() {
+                continue;
+            }
+            let h = if wd.inner.is_empty() {
+                Vec::new()
+            } else {
+                let xin: Vec<bf16> = picked.iter().flat_map(|(r, _)| x[r * dim..(r + 1) * dim].iter().copied()).collect();
+                let ws: Vec<f32> = picked.iter().map(|(_, w)| *w).collect();
+                swiglu(&ex.w1.forward(&xin, ws.len()), &ex.w3.forward(&xin, ws.len()), Some(&ws), self.limit)
+            };
+            local.push((picked, h, ex));
+        }
+        let mut acc = vec![0.0f32; local.iter().map(|(p, _, _)| p.len() * dim).sum()];
+        let fail = |what: &str, e: tf_collective::CommError| panic!("tensor parallel: width split {what} failed: {e}");
+        if acc.is_empty() {
+            return;
+        }
+        if wd.rank > 0 {
+            comm.with(|c| c.recv(&mut acc, wd.rank - 1)).unwrap_or_else(|e| fail("receiving the partial sums", e));
+        }
+        if !wd.inner.is_empty() {
+            let mut at = 0;
+            for (picked, h, ex) in &local {
+                let n = picked.len() * dim;
+                let w2 = ex.w2.native().expect("split_width keeps native experts");
+                let xq = tf_core::ops::qgemm::QuantActs::new(h, picked.len(), wd.inner.len());
+                let sums = tf_core::ops::qgemm::qgemm_f32_from(w2, &xq, &acc[at..at + n]);
+                acc[at..at + n].copy_from_slice(&sums);
+                at += n;
+            }
+        }
+        if wd.rank + 1 < wd.world {
+            comm.with(|c| c.send(&acc, wd.rank + 1)).unwrap_or_else(|e| fail("passing the partial sums on", e));
+        }
+        comm.with(|c| c.broadcast(&mut acc, wd.world - 1)).unwrap_or_else(|e| fail("sharing the sums", e));
+        let down: Vec<bf16> = acc.into_iter().map(to_bf16).collect();
+        let mut at = 0;
+        for (picked, _, _) in &local {
+            add_rows(y, picked, &down[at..at + picked.len() * dim], dim);
+            at += picked.len() * dim;
+        }
     }
 
     /// MoE of `rows` normed rows: routed experts summed in expert order, then the shared expert, in f32; bf16 out.
@@ -156,7 +238,10 @@ impl Moe {
                 .collect()
         };
         let mut outs = Vec::new();
-        for (e, ex) in self.owned.clone().zip(experts) {
+        if self.width.is_some() {
+            self.routed_by_width(x, &picks, &mut y);
+        }
+        for (e, ex) in self.owned.clone().zip(experts).filter(|_| self.width.is_none()) {
             let picked = picks(e);
             if picked.is_empty() {
                 continue;
@@ -170,7 +255,7 @@ impl Moe {
                 None => add_rows(&mut y, &picked, &down, dim),
             }
         }
-        if let Some(comm) = &self.ep {
+        if let Some(comm) = self.ep.as_ref().filter(|_| self.width.is_none()) {
             // Every rank routes every row, so each knows which outputs every other rank sends; all are summed in expert order.
             let gathered = crate::tp::gather_experts(comm, outs, self.gate.out, &picks, dim);
             for (e, down) in gathered.iter().enumerate() {

@@ -120,6 +120,22 @@ fn tiny_tp_with_split_heads_equals_one_rank_bit_for_bit() {
     check(tiny_top4(), &[4], true);
 }
 
+/// Routed experts split by width (4 blocks of 32 inner columns: worlds 8 leaves ranks with none), `w2` sums chained rank to rank.
+#[test]
+fn tp_with_experts_split_by_width_equals_one_rank_bit_for_bit() {
+    let width = |split_heads| Options { expert_width: true, split_heads, ..Options::default() };
+    let whole = Model::load(dir(TinyKind::Tiny), Options::default()).unwrap();
+    let half = Model::load(dir(TinyKind::Tiny), Options { ep: Some((1, 2)), ..width(false) }).unwrap();
+    let (a, b) = (&whole.blocks[0].ffn, &half.blocks[0].ffn);
+    assert_eq!(b.experts.len(), a.experts.len(), "every rank holds a share of every expert");
+    assert_eq!(b.experts[0].w1.out_features() * 2, a.experts[0].w1.out_features());
+    assert_eq!(b.experts[0].w2.in_features() * 2, a.experts[0].w2.in_features());
+    assert_eq!(b.width.as_ref().map(|w| w.inner.clone()), Some(64..128));
+    check_with(dir(TinyKind::Tiny), &[1, 2, 3, 4, 8], width(false));
+    check_with(tiny_top4(), &[3], width(true));
+    check_with(dir(TinyKind::Small), &[2], width(true));
+}
+
 /// Sequence-parallel rows: every call (1) or the 13-row prompt chunks (5) run the row-local projections a share of rows per rank.
 #[test]
 fn tp_with_sequence_parallel_rows_equals_one_rank_bit_for_bit() {

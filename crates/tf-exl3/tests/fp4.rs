@@ -214,3 +214,43 @@ fn dequant_row_is_code_times_scale() {
         assert_eq!(w.scale_at(n, 1), e8m0_to_f32(scales[n * 3 + 1]));
     }
 }
+
+/// A width split (issue 25): row shares of a weight give its rows, and K shares chained through `qgemm_f32_from` give the whole sum's bits.
+#[test]
+fn row_and_column_shares_chain_to_the_whole_bits() {
+    use tf_core::ops::qgemm::{QuantActs, qgemm_f32, qgemm_f32_from};
+    let (rows, out, inp) = (5, 24, 160);
+    let (codes, scales) = fp4_parts(out, inp, 11);
+    let w = fp4_weight("w2", out, inp, &codes, &scales);
+    let x = acts(rows, inp, 12);
+    let whole = w.forward_f32(&x, rows);
+    for cuts in [vec![0, 160], vec![0, 64, 160], vec![0, 32, 32, 96, 160], vec![0, 0, 160]] {
+        let mut acc = vec![0.0f32; rows * out];
+        for k in cuts.windows(2) {
+            let share = w.narrow_cols(k[0]..k[1]).unwrap();
+            // An empty share (more ranks than K blocks) passes the sum on as it came.
+            if k[0] == k[1] {
+                assert_eq!(share.in_features(), 0);
+                continue;
+            }
+            let xs: Vec<bf16> = x.chunks_exact(inp).flat_map(|r| r[k[0]..k[1]].iter().copied()).collect();
+            acc = qgemm_f32_from(&share, &QuantActs::new(&xs, rows, k[1] - k[0]), &acc);
+        }
+        assert!(acc.iter().zip(&whole).all(|(a, b)| a.to_bits() == b.to_bits()), "K cut at {cuts:?}");
+    }
+    // Adding each share's own sum instead would not give these bits: the chain is what keeps TP1's order.
+    let halves: Vec<Vec<f32>> = [0..96, 96..160]
+        .map(|k| {
+            let xs: Vec<bf16> = x.chunks_exact(inp).flat_map(|r| r[k.clone()].iter().copied()).collect();
+            qgemm_f32(&w.narrow_cols(k.clone()).unwrap(), &QuantActs::new(&xs, rows, k.len()))
+        })
+        .into();
+    let naive = halves[0].iter().zip(&halves[1]).zip(&whole).filter(|((a, b), w)| (*a + *b).to_bits() != w.to_bits());
+    assert!(naive.count() > 0, "two shares' own sums added differ from the K-order sum somewhere");
+    let first = qgemm_f32(&w.narrow_rows(8..20).unwrap(), &QuantActs::new(&x, rows, inp));
+    for m in 0..rows {
+        assert_eq!(first[m * 12..(m + 1) * 12], whole[m * out + 8..m * out + 20], "row share, row {m}");
+    }
+    assert!(w.narrow_cols(16..64).is_err(), "a share must keep whole 32-column scale blocks");
+    assert!(w.narrow_rows(20..25).is_err());
+}

@@ -113,6 +113,15 @@ pub enum PrefillExperts {
     Mxfp4,
 }
 
+/// How `--tp` splits the routed experts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TpExpertsArg {
+    /// Whole experts per rank (expert parallel)
+    Whole,
+    /// Every expert split by width, its down projection's sums chained rank to rank (CPU ranks; FP4 experts)
+    Width,
+}
+
 /// What `--tp` splits over its ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TpSplitArg {
@@ -184,6 +193,9 @@ pub struct ServeArgs {
     /// What --tp splits: experts, attention heads, vocabulary and Engram rows, or experts alone
     #[arg(long, value_enum, default_value = "heads")]
     pub tp_split: TpSplitArg,
+    /// How --tp splits the routed experts: whole experts per rank, or each expert by width
+    #[arg(long, value_enum, default_value = "whole")]
+    pub tp_experts: TpExpertsArg,
     /// Prompt chunks of at least N rows split their row-local projections over the ranks by rows, then gather them (0: off)
     #[arg(long, value_name = "N", default_value_t = tf_dsv41::SP_ROWS)]
     pub tp_sp_rows: usize,
@@ -350,6 +362,7 @@ impl ServeArgs {
             tp: usize::from(self.tp),
             tp_deadline_ms: self.tp_deadline_ms,
             tp_split_heads: self.tp_split == TpSplitArg::Heads,
+            tp_expert_width: self.tp_experts == TpExpertsArg::Width,
             tp_profile: self.tp_profile,
             tp_sp_rows: self.tp_sp_rows,
             tp_addr: self.tp_addr,

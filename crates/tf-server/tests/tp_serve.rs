@@ -30,9 +30,9 @@ fn tp_lane_hosts_with_drafts_equal_one_plain_rank() {
         let model = tf_server::lanes::load_dsv41(tiny(), tf_dsv41::Options::default()).unwrap();
         together(&LaneHost::spawn(model, Limits { draft: false, ..Limits::default() }))
     };
-    // TP2 splits the experts alone, TP3 the heads too (as `tf serve --tp` does by default).
-    for (world, split_heads) in [(2, false), (3, true)] {
-        let opts = tf_dsv41::Options { split_heads, ..tf_dsv41::Options::default() };
+    // TP2 splits the experts alone, TP3 the heads too (as `tf serve --tp` does by default), TP4 each expert by width.
+    for (world, split_heads, expert_width) in [(2, false, false), (3, true, false), (4, true, true)] {
+        let opts = tf_dsv41::Options { split_heads, expert_width, ..tf_dsv41::Options::default() };
         let (leader, _followers) = tf_dsv41::tp::spawn(tiny(), opts, world, Duration::from_secs(60)).unwrap();
         let h = LaneHost::spawn(leader, Limits { draft_len: Some(3), ..Limits::default() });
         let got = together(&h);
@@ -52,6 +52,9 @@ fn tf_serve_tp2_answers_as_one_rank_does() {
     let (s2, two) = post(&tp, "/v1/chat/completions", &body);
     assert_eq!((s1, s2), (200, 200), "{two}");
     assert_eq!(one["choices"], two["choices"]);
+    let width = start_with(ServeConfig { tp: 3, tp_expert_width: true, ..ServeConfig::default() });
+    let (s3, three) = post(&width, "/v1/chat/completions", &body);
+    assert_eq!((s3, &one["choices"]), (200, &three["choices"]), "--tp 3 --tp-experts width: {three}");
     // --tp-profile: both ranks logged the same gathers (frames, expert outputs, split heads) in the same order.
     let ranks = tf_collective::profile::read_dir(profile.path()).unwrap();
     assert_eq!(ranks.len(), 2);

@@ -72,7 +72,13 @@ impl QuantActs {
 
 /// The block-scaled GEMM before bf16 rounding, `[rows × out]` f32; each element is summed alone, in a fixed order.
 pub fn qgemm_f32<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs) -> Vec<f32> {
-    qgemm_with(w, x, simd_available())
+    qgemm_with(w, x, None, simd_available())
+}
+
+/// [`qgemm_f32`] with each output's K-order sum starting from `init` (`rows × out`) instead of 0: the next K blocks of a sum split by K.
+pub fn qgemm_f32_from<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs, init: &[f32]) -> Vec<f32> {
+    assert_eq!(init.len(), x.rows * w.out_features(), "qgemm_f32_from: init must hold rows × out values");
+    qgemm_with(w, x, Some(init), simd_available())
 }
 
 /// The block-scaled GEMM rounded to bf16 (RNE): the output of every FP8/FP4 linear.
@@ -83,10 +89,10 @@ pub fn qgemm_bf16<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs) -> Vec<bf
 /// The same product with plain (non-SIMD) code, for tests that pin SIMD and scalar paths together.
 #[doc(hidden)]
 pub fn qgemm_f32_scalar<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs) -> Vec<f32> {
-    qgemm_with(w, x, false)
+    qgemm_with(w, x, None, false)
 }
 
-fn qgemm_with<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs, simd: bool) -> Vec<f32> {
+fn qgemm_with<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs, init: Option<&[f32]>, simd: bool) -> Vec<f32> {
     let (rows, out, k) = (x.rows, w.out_features(), w.in_features());
     assert_eq!(x.k, k, "quantized linear: activations have K = {}, weight has K = {k}", x.k);
     if rows == 0 || out == 0 {
@@ -94,7 +100,7 @@ fn qgemm_with<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs, simd: bool) -
     }
     // Tasks own whole columns, so they write disjoint chunks of a column-major result.
     let mut by_col = vec![0.0f32; out * rows];
-    let task = |(t, chunk): (usize, &mut [f32])| column_task(w, x, t * COLS_PER_TASK, chunk, simd);
+    let task = |(t, chunk): (usize, &mut [f32])| column_task(w, x, init, t * COLS_PER_TASK, chunk, simd);
     if rows * out * k < PARALLEL_MIN_WORK {
         by_col.chunks_mut(COLS_PER_TASK * rows).enumerate().for_each(task);
     } else {
@@ -113,31 +119,45 @@ fn qgemm_with<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs, simd: bool) -
 }
 
 /// Columns `n0..` of every row into `chunk` (column-major, `rows` per column).
-fn column_task<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs, n0: usize, chunk: &mut [f32], simd: bool) {
+fn column_task<W: BlockScaledWeight + ?Sized>(
+    w: &W,
+    x: &QuantActs,
+    init: Option<&[f32]>,
+    n0: usize,
+    chunk: &mut [f32],
+    simd: bool,
+) {
     #[cfg(target_arch = "x86_64")]
     if simd {
         // SAFETY: avx2 was detected at run time; that path does the same adds in the same order, so the bits agree.
-        unsafe { column_task_avx2(w, x, n0, chunk) };
+        unsafe { column_task_avx2(w, x, init, n0, chunk) };
         return;
     }
     let _ = simd;
-    column_task_body::<W, false>(w, x, n0, chunk);
+    column_task_body::<W, false>(w, x, init, n0, chunk);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn column_task_avx2<W: BlockScaledWeight + ?Sized>(w: &W, x: &QuantActs, n0: usize, chunk: &mut [f32]) {
-    column_task_body::<W, true>(w, x, n0, chunk);
+fn column_task_avx2<W: BlockScaledWeight + ?Sized>(
+    w: &W,
+    x: &QuantActs,
+    init: Option<&[f32]>,
+    n0: usize,
+    chunk: &mut [f32],
+) {
+    column_task_body::<W, true>(w, x, init, n0, chunk);
 }
 
 #[inline(always)]
 fn column_task_body<W: BlockScaledWeight + ?Sized, const SIMD: bool>(
     w: &W,
     x: &QuantActs,
+    init: Option<&[f32]>,
     n0: usize,
     chunk: &mut [f32],
 ) {
-    let rows = x.rows;
+    let (rows, out) = (x.rows, w.out_features());
     let mut wv = vec![0.0f32; x.k];
     let mut ws = vec![0.0f32; x.k / QBLOCK];
     for m0 in (0..rows).step_by(ROWS_PER_TILE) {
@@ -145,7 +165,8 @@ fn column_task_body<W: BlockScaledWeight + ?Sized, const SIMD: bool>(
         for (c, col) in chunk.chunks_exact_mut(rows).enumerate() {
             decode::<W, SIMD>(w, n0 + c, &mut wv, &mut ws);
             for (o, m) in col[tile.clone()].iter_mut().zip(tile.clone()) {
-                *o = scaled_dot::<SIMD>(x.row_values(m), x.row_scales(m), &wv, &ws);
+                let acc = init.map_or(0.0, |i| i[m * out + n0 + c]);
+                *o = scaled_dot::<SIMD>(acc, x.row_values(m), x.row_scales(m), &wv, &ws);
             }
         }
     }
@@ -183,8 +204,7 @@ fn simd_available() -> bool {
 
 /// One output element: block partials scaled and added in K order (the reference's `acc += p * a_s[k] * b_s[n,k]`).
 #[inline(always)]
-fn scaled_dot<const SIMD: bool>(xv: &[f32], xs: &[f32], wv: &[f32], ws: &[f32]) -> f32 {
-    let mut acc = 0.0f32;
+fn scaled_dot<const SIMD: bool>(mut acc: f32, xv: &[f32], xs: &[f32], wv: &[f32], ws: &[f32]) -> f32 {
     let blocks = xv.chunks_exact(QBLOCK).zip(wv.chunks_exact(QBLOCK));
     for ((xb, wb), (&sx, &sw)) in blocks.zip(xs.iter().zip(ws)) {
         acc += partial::<SIMD>(xb.try_into().unwrap(), wb.try_into().unwrap()) * sx * sw;

@@ -134,6 +134,10 @@ pub struct GMoe {
 
 impl GMoe {
     fn upload(gpu: &'static Gpu, m: &Moe, kernels: Exl3Run) -> Result<GMoe, Error> {
+        if m.width.is_some() {
+            let what = "routed experts split by width run on CPU ranks only; GPU ranks split whole experts".to_string();
+            return Err(Error::Launch { op: "GPU upload", what });
+        }
         let set = |es: &[crate::moe::Expert<_>], w: fn(&crate::moe::Expert<_>) -> &_| {
             Experts4::upload(gpu, es.iter().map(w), kernels)
         };

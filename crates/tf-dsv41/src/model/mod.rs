@@ -45,6 +45,8 @@ pub struct Options {
     pub ep: Option<(usize, usize)>,
     /// With `ep`: each backbone layer's attention heads (whole `wo_a` groups) and `wo_b` rows split over the same ranks.
     pub split_heads: bool,
+    /// With `ep`: every routed expert split by width (whole 32-blocks of its inner dimension) instead of whole experts per rank.
+    pub expert_width: bool,
     /// With `ep`: calls of at least this many rows (prompt chunks) split their row-local projections over the ranks by rows; 0: off.
     pub sp_rows: usize,
     /// With `ep`: each rank writes every collective's ready and end times to `rank-<r>.jsonl` here (`tf_collective::Profiled`).
@@ -126,6 +128,7 @@ impl Default for Options {
             exl3_prompt_gemm: None,
             ep: None,
             split_heads: false,
+            expert_width: false,
             sp_rows: SP_ROWS,
             tp_profile: None,
             joint_lanes: true,
@@ -223,8 +226,13 @@ impl Model {
         let all = roles(&cfg);
         let mut blocks = all[..cfg.n_layers]
             .iter()
-            .map(|r| Block::load(ck, &cfg, r, cols, engram, opts.ep))
+            .map(|r| Block::load(ck, &cfg, r, cols, engram, opts.ep.filter(|_| !opts.expert_width)))
             .collect::<Result<Vec<_>>>()?;
+        if let (Some((rank, world)), true) = (opts.ep, opts.expert_width) {
+            for b in &mut blocks {
+                b.ffn.split_width(rank, world, &format!("layers.{}.", b.role.layer))?;
+            }
+        }
         if let (Some((rank, world)), true) = (opts.ep, opts.split_heads) {
             for b in &mut blocks {
                 b.attn.split_heads(rank, world, &format!("layers.{}.", b.role.layer))?;

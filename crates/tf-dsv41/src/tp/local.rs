@@ -48,6 +48,7 @@ pub fn same_everywhere(dir: &Path, opts: &Options, comm: &dyn tf_collective::Com
             o.exl3_fast,
             o.exl3_prompt_gemm,
             o.split_heads,
+            o.expert_width,
             o.sp_rows,
             o.expert_top_p
         )

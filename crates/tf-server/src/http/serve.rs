@@ -39,6 +39,8 @@ pub struct ServeConfig {
     pub tp: usize,
     /// `--tp-split heads` (the default): attention heads split over the ranks too, not only the routed experts.
     pub tp_split_heads: bool,
+    /// `--tp-experts width`: every routed expert split by width over the ranks instead of whole experts per rank.
+    pub tp_expert_width: bool,
     /// `--tp-sp-rows N`: calls of at least N rows split their row-local work by rows over the ranks (0: off).
     pub tp_sp_rows: usize,
     /// `--tp-profile DIR`: per-collective timings of every rank, one JSON line each.
@@ -66,6 +68,7 @@ impl ServeConfig {
             prefill_mxfp4: self.prefill_mxfp4,
             expert_top_p: self.expert_top_p,
             split_heads: self.tp_split_heads,
+            expert_width: self.tp_expert_width,
             sp_rows: self.tp_sp_rows,
             tp_profile: self.tp_profile.as_deref().map(|d| &*Box::leak(d.to_path_buf().into_boxed_path())),
             ..tf_dsv41::Options::default()
@@ -118,6 +121,7 @@ impl Default for ServeConfig {
             cuda_graphs: false,
             tp: 1,
             tp_split_heads: true,
+            tp_expert_width: false,
             tp_profile: None,
             tp_sp_rows: tf_dsv41::SP_ROWS,
             tp_deadline_ms: 30_000,
