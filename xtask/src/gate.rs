@@ -296,8 +296,7 @@ pub fn cut_heads(n: usize, cuts: &[f64]) -> Vec<usize> {
     heads
 }
 
-/// Greedy rows: at each cut the exact path generates `tokens` greedily (one decode step each, stopping after an
-/// end of text); the candidate prefills the same head and is teacher-forced on them in windows.
+/// Greedy rows: at each cut the exact path generates `tokens` by decode steps (stopping after an end of text); the candidate follows them in windows.
 fn score_greedy<F: Family>(
     exact: &F,
     cand: &F,

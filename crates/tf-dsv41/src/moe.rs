@@ -161,7 +161,9 @@ impl Moe {
 
     /// Width split: each rank's share of the inner dimension, the `w2` sums chained rank to rank in K order (TP1's bits), then every rank takes them.
     fn routed_by_width(&self, x: &[bf16], picks: &dyn Fn(usize) -> Vec<(usize, f32)>, y: &mut [f32]) {
-        let (Some(wd), Some(comm)) = (&self.width, &self.ep) else { unreachable!("routed_by_width without a width split") };
+        let (Some(wd), Some(comm)) = (&self.width, &self.ep) else {
+            unreachable!("routed_by_width without a width split")
+        };
         let dim = self.gate.inp;
         let mut local = Vec::new();
         for (e, ex) in self.owned.clone().zip(&self.experts) {
@@ -172,7 +174,8 @@ impl Moe {
             let h = if wd.inner.is_empty() {
                 Vec::new()
             } else {
-                let xin: Vec<bf16> = picked.iter().flat_map(|(r, _)| x[r * dim..(r + 1) * dim].iter().copied()).collect();
+                let xin: Vec<bf16> =
+                    picked.iter().flat_map(|(r, _)| x[r * dim..(r + 1) * dim].iter().copied()).collect();
                 let ws: Vec<f32> = picked.iter().map(|(_, w)| *w).collect();
                 swiglu(&ex.w1.forward(&xin, ws.len()), &ex.w3.forward(&xin, ws.len()), Some(&ws), self.limit)
             };

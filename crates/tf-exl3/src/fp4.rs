@@ -84,24 +84,36 @@ impl Fp4Weight {
         let (kb, half) = (self.inp / QBLOCK, self.inp / 2);
         let w = &self.weight.bytes()[rows.start * half..rows.end * half];
         let weight = Tensor::from_bytes(self.weight.dtype(), &[rows.len(), self.weight.shape()[1]], w)?;
-        let scale = Tensor::from_bytes(DType::F8E8M0, &[rows.len(), kb], &self.scale.bytes()[rows.start * kb..rows.end * kb])?;
+        let scale =
+            Tensor::from_bytes(DType::F8E8M0, &[rows.len(), kb], &self.scale.bytes()[rows.start * kb..rows.end * kb])?;
         Ok(Fp4Weight { out: rows.len(), inp: self.inp, weight, scale })
     }
 
     /// Input columns `cols` in whole 32-blocks (a width split's share of `w2`).
     pub fn narrow_cols(&self, cols: std::ops::Range<usize>) -> Result<Fp4Weight> {
-        if cols.end > self.inp || cols.start > cols.end || !cols.start.is_multiple_of(QBLOCK) || !cols.end.is_multiple_of(QBLOCK) {
+        if cols.end > self.inp
+            || cols.start > cols.end
+            || !cols.start.is_multiple_of(QBLOCK)
+            || !cols.end.is_multiple_of(QBLOCK)
+        {
             return Err(Error::Invalid(format!("fp4 columns {cols:?} of {} cut a 32-column scale block", self.inp)));
         }
         let (kb, half, n) = (self.inp / QBLOCK, self.inp / 2, cols.len());
         let (w, sc) = (self.weight.bytes(), self.scale.bytes());
-        let weight: Vec<u8> = (0..self.out).flat_map(|r| &w[r * half + cols.start / 2..r * half + cols.end / 2]).copied().collect();
-        let scale: Vec<u8> =
-            (0..self.out).flat_map(|r| &sc[r * kb + cols.start / QBLOCK..r * kb + cols.end / QBLOCK]).copied().collect();
+        let weight: Vec<u8> =
+            (0..self.out).flat_map(|r| &w[r * half + cols.start / 2..r * half + cols.end / 2]).copied().collect();
+        let scale: Vec<u8> = (0..self.out)
+            .flat_map(|r| &sc[r * kb + cols.start / QBLOCK..r * kb + cols.end / QBLOCK])
+            .copied()
+            .collect();
         Ok(Fp4Weight {
             out: self.out,
             inp: n,
-            weight: Tensor::from_bytes(self.weight.dtype(), &[self.out, self.weight.shape()[1] * n / self.inp], &weight)?,
+            weight: Tensor::from_bytes(
+                self.weight.dtype(),
+                &[self.out, self.weight.shape()[1] * n / self.inp],
+                &weight,
+            )?,
             scale: Tensor::from_bytes(DType::F8E8M0, &[self.out, n / QBLOCK], &scale)?,
         })
     }
