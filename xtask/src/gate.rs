@@ -1,6 +1,6 @@
 //! `cargo xtask gate`: the exact path and a candidate teacher-forced on a fixed prompt set, scored against declared thresholds.
 
-use crate::gate_stats::{Summary, Tally, Thresholds, score_row};
+use crate::gate_stats::{RowScore, Summary, Tally, Thresholds, score_row, valid_cuts};
 use crate::{USAGE_ERROR, usage_error, workspace_root};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -150,10 +150,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--cuts" => {
                 let v = value()?;
                 let cuts: Option<Vec<f64>> = v.split(',').map(|f| f.trim().parse().ok()).collect();
-                a.cuts = Some(
-                    cuts.filter(|c| !c.is_empty() && c.iter().all(|f| (0.0..1.0).contains(f)))
-                        .ok_or_else(|| format!("--cuts: shares in [0, 1) (got `{v}`)"))?,
-                );
+                a.cuts =
+                    Some(cuts.and_then(valid_cuts).ok_or_else(|| format!("--cuts: shares in [0, 1) (got `{v}`)"))?);
             }
             other => return Err(format!("unexpected argument `{other}`")),
         }
@@ -250,6 +248,12 @@ pub fn checkpoint_sha256(dir: &Path) -> Result<String, String> {
 /// Tallies per prompt kind and over all positions.
 type Tallies = BTreeMap<String, Tally>;
 
+/// Counts one scored row under its prompt's kind and under `all`.
+fn tally(t: &mut Tallies, kind: &str, r: RowScore) {
+    t.entry(kind.to_string()).or_default().push(r);
+    t.entry("all".into()).or_default().push(r);
+}
+
 /// Teacher-forces every prompt through both models in lockstep: prefill the head, then decode windows of the rest.
 fn score<F: Family>(exact: &F, cand: &F, prompts: &[Prompt], a: &Args) -> Result<Tallies, Box<dyn std::error::Error>> {
     let mut t = Tallies::new();
@@ -265,19 +269,17 @@ fn score<F: Family>(exact: &F, cand: &F, prompts: &[Prompt], a: &Args) -> Result
         let rc = cand.prefill(&mut lc, &p.ids[..head], true)?.ok_or("prefill gave no logits")?;
         let want = (n - head).min(left);
         let stop = head + want - 1;
-        let mut tally = |rows: Vec<(Vec<f32>, Vec<f32>)>, first: usize| {
+        let mut score_rows = |rows: Vec<(Vec<f32>, Vec<f32>)>, first: usize| {
             for (i, (e, c)) in rows.iter().enumerate() {
-                let r = score_row(e, c, p.ids[first + i]);
-                t.entry(p.kind.clone()).or_default().push(r);
-                t.entry("all".into()).or_default().push(r);
+                tally(&mut t, &p.kind, score_row(e, c, p.ids[first + i]));
             }
         };
-        tally(vec![(re, rc)], head);
+        score_rows(vec![(re, rc)], head);
         let mut at = head;
         while at < stop {
             let end = (at + a.window).min(stop);
             let (de, dc) = (exact.decode(&mut le, &p.ids[at..end])?, cand.decode(&mut lc, &p.ids[at..end])?);
-            tally(de.into_iter().zip(dc).collect(), at + 1);
+            score_rows(de.into_iter().zip(dc).collect(), at + 1);
             at = end;
         }
         let scored = want;
@@ -329,9 +331,7 @@ fn score_greedy<F: Family>(
                 rows_c.extend(cand.decode(&mut lc, w)?);
             }
             for ((e, c), &tok) in rows_e.iter().zip(&rows_c).zip(&toks) {
-                let r = score_row(e, c, tok);
-                t.entry(p.kind.clone()).or_default().push(r);
-                t.entry("all".into()).or_default().push(r);
+                tally(&mut t, &p.kind, score_row(e, c, tok));
             }
             left -= toks.len();
         }

@@ -179,20 +179,7 @@ impl Thresholds {
     pub fn judges(&self, sha: &str) -> bool {
         self.gate_model.as_deref() == Some(sha) || self.copies.iter().any(|c| c == sha)
     }
-}
 
-impl GreedyRows {
-    fn from_json(v: &Value) -> Result<GreedyRows, String> {
-        let tokens = v.get("tokens").and_then(Value::as_u64).ok_or("thresholds: greedy_rows.tokens must be a count")?;
-        let cuts: Option<Vec<f64>> =
-            v.get("cuts").and_then(Value::as_array).map(|c| c.iter().filter_map(Value::as_f64).collect());
-        let cuts = cuts.filter(|c| !c.is_empty() && c.iter().all(|f| (0.0..1.0).contains(f)));
-        let cuts = cuts.ok_or("thresholds: greedy_rows.cuts must be shares in [0, 1)")?;
-        Ok(GreedyRows { tokens: tokens as usize, cuts, limits: Box::new(Thresholds::from_json(v)?) })
-    }
-}
-
-impl Thresholds {
     /// The limits `s` breaks, each as a sentence; empty when it passes every declared one.
     pub fn failures(&self, s: &Summary) -> Vec<String> {
         let mut out = Vec::new();
@@ -208,6 +195,21 @@ impl Thresholds {
         above("greedy disagreement", 1.0 - s.agreement, self.min_agreement.map(|a| 1.0 - a));
         out
     }
+}
+
+impl GreedyRows {
+    fn from_json(v: &Value) -> Result<GreedyRows, String> {
+        let tokens = v.get("tokens").and_then(Value::as_u64).ok_or("thresholds: greedy_rows.tokens must be a count")?;
+        let cuts: Option<Vec<f64>> =
+            v.get("cuts").and_then(Value::as_array).map(|c| c.iter().filter_map(Value::as_f64).collect());
+        let cuts = cuts.and_then(valid_cuts).ok_or("thresholds: greedy_rows.cuts must be shares in [0, 1)")?;
+        Ok(GreedyRows { tokens: tokens as usize, cuts, limits: Box::new(Thresholds::from_json(v)?) })
+    }
+}
+
+/// Cuts as the gate takes them: at least one, each a share of a prompt in [0, 1).
+pub fn valid_cuts(cuts: Vec<f64>) -> Option<Vec<f64>> {
+    (!cuts.is_empty() && cuts.iter().all(|f| (0.0..1.0).contains(f))).then_some(cuts)
 }
 
 #[cfg(test)]

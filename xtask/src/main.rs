@@ -38,8 +38,10 @@ commands:
       NLL / top-1 on the continuations of, a reference server; a needle test; any OpenAI server (`check --help`)
   gate --candidate SWITCHES [--model DIR] [--device cpu|cuda[:N]] [--prompts FILE] [--thresholds FILE]
        [--prefill-frac F] [--window N] [--max-positions N] [--out FILE] [--dump-ids FILE]
+       [--rows text,greedy] [--greedy N] [--cuts F,F,..]
       the exact path and a candidate (exact, wide-sums, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs, expert-top-p)
-      teacher-forced on assets/gate/prompts.json: KL, greedy agreement, top-1, NLL against assets/gate/thresholds.json
+      teacher-forced on assets/gate/prompts.json: KL, greedy agreement, top-1, NLL against assets/gate/thresholds.json;
+      greedy rows follow the exact path's own N tokens at each cut (default: every row set the thresholds declare)
   gate-model install --from DIR | expand --out DIR | exl3 --out DIR [--bits K]
       install a compact gate model (tools/gate_model/compact.py) into assets/gate-model, expand the installed one,
       or write its deterministic EXL3 copy (K bits, default 3) for gating the EXL3 switches

@@ -71,14 +71,14 @@ pub fn cu_names(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
 
 /// One `.function(&K.spec(..), NAME)` call in Rust source: the file, `K` without its path, and the entry it asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Launch {
-    pub file: std::path::PathBuf,
-    pub kernel: String,
-    pub entry: String,
+struct Launch {
+    file: std::path::PathBuf,
+    kernel: String,
+    entry: String,
 }
 
 /// Every `.function(&K.spec(..), NAME)` under `dir` whose NAME is a string literal or a `const NAME: &str` above it (computed names are skipped), for kernel tests.
-pub fn launched_entries(dir: &std::path::Path) -> std::io::Result<Vec<Launch>> {
+fn launched_entries(dir: &std::path::Path) -> std::io::Result<Vec<Launch>> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let path = e?.path();

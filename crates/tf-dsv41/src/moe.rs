@@ -4,7 +4,7 @@ use crate::linear::{Dense, load_vec};
 use crate::qlinear::QLinear;
 use tf_core::formats::to_bf16;
 use tf_core::ops::math;
-use tf_core::ops::qgemm::Fp8Weight;
+use tf_core::ops::qgemm::{Fp8Weight, QBLOCK, QuantActs, qgemm_f32_from};
 use tf_core::{Checkpoint, Result, bf16};
 use tf_exl3::Fp4Weight;
 
@@ -141,8 +141,8 @@ impl Moe {
     /// Keeps rank `rank` of `world`'s share of every routed expert's inner dimension: `w1`/`w3` rows, `w2` columns.
     pub fn split_width(&mut self, rank: usize, world: usize, layer: &str) -> Result<()> {
         let Some(first) = self.experts.first() else { return Ok(()) };
-        let blocks = crate::tp::partition(first.w1.out_features() / tf_core::ops::qgemm::QBLOCK, world);
-        let inner = blocks[rank].start * 32..blocks[rank].end * 32;
+        let blocks = crate::tp::partition(first.w1.out_features() / QBLOCK, world);
+        let inner = blocks[rank].start * QBLOCK..blocks[rank].end * QBLOCK;
         let native = |w: &QLinear<Fp4Weight>, e: usize| match w.native() {
             Ok(w) => Ok(w.clone()),
             Err(_) => Err(tf_core::Error::Invalid(format!(
@@ -171,21 +171,15 @@ impl Moe {
             if picked.is_empty() {
                 continue;
             }
-            let h = if wd.inner.is_empty() {
-                Vec::new()
-            } else {
-                let xin: Vec<bf16> =
-                    picked.iter().flat_map(|(r, _)| x[r * dim..(r + 1) * dim].iter().copied()).collect();
-                let ws: Vec<f32> = picked.iter().map(|(_, w)| *w).collect();
-                swiglu(&ex.w1.forward(&xin, ws.len()), &ex.w3.forward(&xin, ws.len()), Some(&ws), self.limit)
-            };
+            let h = if wd.inner.is_empty() { Vec::new() } else { self.gate_up(ex, x, &picked) };
             local.push((picked, h, ex));
         }
         let mut acc = vec![0.0f32; local.iter().map(|(p, _, _)| p.len() * dim).sum()];
-        let fail = |what: &str, e: tf_collective::CommError| panic!("tensor parallel: width split {what} failed: {e}");
+        // Every rank routes every row, so all see the same (possibly empty) picks and skip or talk together.
         if acc.is_empty() {
             return;
         }
+        let fail = |what: &str, e: tf_collective::CommError| panic!("tensor parallel: width split {what} failed: {e}");
         if wd.rank > 0 {
             comm.with(|c| c.recv(&mut acc, wd.rank - 1)).unwrap_or_else(|e| fail("receiving the partial sums", e));
         }
@@ -194,8 +188,7 @@ impl Moe {
             for (picked, h, ex) in &local {
                 let n = picked.len() * dim;
                 let w2 = ex.w2.native().expect("split_width keeps native experts");
-                let xq = tf_core::ops::qgemm::QuantActs::new(h, picked.len(), wd.inner.len());
-                let sums = tf_core::ops::qgemm::qgemm_f32_from(w2, &xq, &acc[at..at + n]);
+                let sums = qgemm_f32_from(w2, &QuantActs::new(h, picked.len(), wd.inner.len()), &acc[at..at + n]);
                 acc[at..at + n].copy_from_slice(&sums);
                 at += n;
             }
@@ -210,6 +203,14 @@ impl Moe {
             add_rows(y, picked, &down[at..at + picked.len() * dim], dim);
             at += picked.len() * dim;
         }
+    }
+
+    /// SwiGLU of expert `ex`'s gate and up projections on the `picked` rows of `x`, each times its routing weight.
+    fn gate_up(&self, ex: &Expert<QLinear<Fp4Weight>>, x: &[bf16], picked: &[(usize, f32)]) -> Vec<bf16> {
+        let dim = self.gate.inp;
+        let xin: Vec<bf16> = picked.iter().flat_map(|(r, _)| x[r * dim..(r + 1) * dim].iter().copied()).collect();
+        let ws: Vec<f32> = picked.iter().map(|(_, w)| *w).collect();
+        swiglu(&ex.w1.forward(&xin, ws.len()), &ex.w3.forward(&xin, ws.len()), Some(&ws), self.limit)
     }
 
     /// MoE of `rows` normed rows: routed experts summed in expert order, then the shared expert, in f32; bf16 out.
@@ -240,29 +241,27 @@ impl Moe {
                 .filter_map(|(r, rt)| rt.iter().find(|(ei, _)| *ei == e).map(|(_, w)| (r, *w)))
                 .collect()
         };
-        let mut outs = Vec::new();
         if self.width.is_some() {
             self.routed_by_width(x, &picks, &mut y);
-        }
-        for (e, ex) in self.owned.clone().zip(experts).filter(|_| self.width.is_none()) {
-            let picked = picks(e);
-            if picked.is_empty() {
-                continue;
+        } else {
+            let mut outs = Vec::new();
+            for (e, ex) in self.owned.clone().zip(experts) {
+                let picked = picks(e);
+                if picked.is_empty() {
+                    continue;
+                }
+                let down = ex.w2.forward(&self.gate_up(ex, x, &picked), picked.len());
+                match self.ep {
+                    Some(_) => outs.push(down),
+                    None => add_rows(&mut y, &picked, &down, dim),
+                }
             }
-            let xin: Vec<bf16> = picked.iter().flat_map(|(r, _)| x[r * dim..(r + 1) * dim].iter().copied()).collect();
-            let ws: Vec<f32> = picked.iter().map(|(_, w)| *w).collect();
-            let out = swiglu(&ex.w1.forward(&xin, ws.len()), &ex.w3.forward(&xin, ws.len()), Some(&ws), self.limit);
-            let down = ex.w2.forward(&out, ws.len());
-            match self.ep {
-                Some(_) => outs.push(down),
-                None => add_rows(&mut y, &picked, &down, dim),
-            }
-        }
-        if let Some(comm) = self.ep.as_ref().filter(|_| self.width.is_none()) {
-            // Every rank routes every row, so each knows which outputs every other rank sends; all are summed in expert order.
-            let gathered = crate::tp::gather_experts(comm, outs, self.gate.out, &picks, dim);
-            for (e, down) in gathered.iter().enumerate() {
-                add_rows(&mut y, &picks(e), down, dim);
+            if let Some(comm) = &self.ep {
+                // Every rank routes every row, so each knows which outputs every other rank sends; all are summed in expert order.
+                let gathered = crate::tp::gather_experts(comm, outs, self.gate.out, &picks, dim);
+                for (e, down) in gathered.iter().enumerate() {
+                    add_rows(&mut y, &picks(e), down, dim);
+                }
             }
         }
         let s = &self.shared;

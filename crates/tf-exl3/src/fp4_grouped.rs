@@ -108,29 +108,6 @@ pub fn fp4_group<'g>(
     Ok(Fp4Groups { order, tiles, cap, pairs, experts, rows })
 }
 
-/// The checks both grouped launches make: groups made for these pairs and experts, tiles of at most `max_rows`, the extents.
-fn grouped_extents(
-    op: &'static str,
-    experts: &Fp4Experts<'_, '_>,
-    groups: &Fp4Groups<'_>,
-    (codes, scales): (&PoolBuf<'_>, &PoolBuf<'_>),
-    acts: RoutedActs,
-    y: &PoolBuf<'_>,
-    (pairs, max_rows): (usize, usize),
-) -> Result<[i32; 4], Error> {
-    if (groups.pairs, groups.experts) != (pairs, experts.count) {
-        let what = format!(
-            "groups of {} pairs over {} experts, launch of {pairs} over {}",
-            groups.pairs, groups.experts, experts.count
-        );
-        return Err(Error::Launch { op, what });
-    }
-    if groups.rows > max_rows {
-        return Err(Error::Launch { op, what: format!("tiles of {} rows (at most {max_rows})", groups.rows) });
-    }
-    Ok(routed_extents(op, experts, (codes, scales), acts, y, pairs)?.1)
-}
-
 /// [`crate::cuda::fp4_gemv_routed`]'s bits through `groups` (same ids): tiles of up to 8 pairs by the multi-row GEMV, larger ones by the tiled kernel `fp4_gemm_grouped`.
 pub fn fp4_gemv_grouped(
     gpu: &Gpu,
@@ -144,8 +121,14 @@ pub fn fp4_gemv_grouped(
     let tiled = groups.rows > FP4_MAX_ROWS;
     let op = if tiled { "fp4_gemm_grouped" } else { "fp4_gemv_grouped" };
     let (n, k) = (experts.n, experts.k);
-    let max_rows = if tiled { TILE_ROWS } else { FP4_MAX_ROWS };
-    let [n_i, k_i, e_i, div_i] = grouped_extents(op, experts, groups, (codes, scales), acts, y, (pairs, max_rows))?;
+    if (groups.pairs, groups.experts) != (pairs, experts.count) {
+        let what = format!(
+            "groups of {} pairs over {} experts, launch of {pairs} over {}",
+            groups.pairs, groups.experts, experts.count
+        );
+        return Err(Error::Launch { op, what });
+    }
+    let (_, [n_i, k_i, e_i, div_i]) = routed_extents(op, experts, (codes, scales), acts, y, pairs)?;
     if n == 0 || pairs == 0 {
         return Ok(());
     }
