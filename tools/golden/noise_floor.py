@@ -29,7 +29,7 @@ COMPARISONS = {
 }
 
 
-def ours_rows(a, ids: list, head: int) -> np.ndarray:
+def ours_rows(a, switch: str, ids: list, head: int) -> np.ndarray:
     """Our CPU forward (crates/tf-dsv41/examples/gate_rows.rs) on ids: the rows from ids[:head]'s last on, as f32."""
     import subprocess
     import tempfile
@@ -37,7 +37,7 @@ def ours_rows(a, ids: list, head: int) -> np.ndarray:
     with tempfile.TemporaryDirectory() as d:
         seqs, out = Path(d) / "seqs.json", Path(d) / "rows.f32"
         seqs.write_text(json.dumps([{"ids": ids, "head": head}]))
-        subprocess.run([str(a.ours), str(a.ckpt), str(seqs), str(out), a.ours_switch], check=True)
+        subprocess.run([str(a.ours), str(a.ckpt), str(seqs), str(out), switch], check=True)
         return np.fromfile(out, dtype="<f4").reshape(len(ids) - head + 1, -1)
 
 
@@ -49,8 +49,7 @@ class Ours:
 
     def head(self, ids: list[int], head: int, upto: int) -> np.ndarray:
         t = time.time()
-        self.a.ours_switch = self.switch
-        self.rows, self.first = ours_rows(self.a, ids[:upto], head), head - 1
+        self.rows, self.first = ours_rows(self.a, self.switch, ids[:upto], head), head - 1
         self.seconds += time.time() - t
         return self.rows[0]
 
@@ -59,6 +58,12 @@ class Ours:
 
 
 # ---------------------------------------------------------------------------- statistics (as xtask/src/gate_stats.rs)
+
+def tally(rows: dict, kind: str, r: dict):
+    """Counts one scored row under its prompt's kind and under `all`."""
+    rows.setdefault(kind, []).append(r)
+    rows.setdefault("all", []).append(r)
+
 
 def log_softmax64(x: np.ndarray) -> np.ndarray:
     """f64 log-softmax of an f32 row: one max (taken in f32, as the gate does), one sum."""
@@ -163,30 +168,35 @@ class Reference:
         return model.eval()
 
 
-LAST_DEVICE = [None]
+# The device the reference last ran on, and kernel_cpu's module-level tables (FP4 values, E2M1 midpoints) on each.
+DEVICE = {"last": None, "tables": {}}
+
+
+def use_device(v41, dev):
+    """Points the reference at `dev` when it changes: its per-shape index caches cleared, kernel_cpu's tables moved there."""
+    if dev == DEVICE["last"]:
+        return
+    for f in vars(v41).values():
+        getattr(f, "cache_clear", lambda: None)()
+    kern = sys.modules[v41.__name__.rsplit(".", 1)[0] + ".kernel_cpu"]
+    tables = DEVICE["tables"]
+    if not tables:
+        tables[torch.device("cpu")] = {k: t for k, t in vars(kern).items() if isinstance(t, torch.Tensor)}
+    if dev not in tables:
+        tables[dev] = {k: t.to(dev) for k, t in tables[torch.device("cpu")].items()}
+    for k, t in tables[dev].items():
+        setattr(kern, k, t)
+    DEVICE["last"] = dev
 
 
 def call(model, v41, ids: list[int], start_pos: int, threads: int) -> np.ndarray:
     """One reference forward at `threads` torch threads; its logits row (the last position's) as f32."""
     torch.set_num_threads(threads)
     dev = next(model.parameters()).device
-    # The reference caches index tensors per shape (lru_cache); a cached tensor of the other device must not be reused.
-    if dev != LAST_DEVICE[0]:
-        for f in vars(v41).values():
-            getattr(f, "cache_clear", lambda: None)()
-        LAST_DEVICE[0] = dev
-    # kernel_cpu's module-level tables (FP4 values, E2M1 midpoints) go to the device for the call, then back.
-    kern = sys.modules[v41.__name__.rsplit(".", 1)[0] + ".kernel_cpu"]
-    tables = {k: t for k, t in vars(kern).items() if isinstance(t, torch.Tensor)} if dev.type != "cpu" else {}
-    for k, t in tables.items():
-        setattr(kern, k, t.to(dev))
-    try:
-        # Upstream runs with CUDA as the default device; tensors the forward makes land beside the weights.
-        with v41.set_dtype(torch.bfloat16), torch.inference_mode(), torch.device(dev):
-            _, logits, _ = model(torch.tensor([ids]), start_pos)
-    finally:
-        for k, t in tables.items():
-            setattr(kern, k, t)
+    use_device(v41, dev)
+    # Upstream runs with CUDA as the default device; tensors the forward makes land beside the weights.
+    with v41.set_dtype(torch.bfloat16), torch.inference_mode(), torch.device(dev):
+        _, logits, _ = model(torch.tensor([ids]), start_pos)
     row = logits[0].float().cpu().numpy().copy()
     if not np.isfinite(row).all():
         sys.exit(f"non-finite logits at start_pos {start_pos}")
@@ -220,6 +230,15 @@ class Schedule:
         return row
 
 
+def prefill_rows(ref: Reference, ids: list, head: int, threads: int) -> np.ndarray:
+    """One start_pos-0 prefill of ids on a fresh model: the logits of every row from ids[head - 1] on."""
+    model = ref.fresh()
+    full = type(model.head).forward
+    # The reference's head returns only the last row; keep rows from the head's last position on (the scored ones).
+    model.head.forward = lambda x: full(model.head, x[:, head - 1:], full_logits=True)
+    return call(model, ref.v41, ids, 0, threads)
+
+
 class WholePrompt:
     """The prompt through its last scored position in one start_pos-0 prefill; every scored row from its logits."""
 
@@ -229,12 +248,7 @@ class WholePrompt:
 
     def head(self, ids: list[int], head: int, upto: int) -> np.ndarray:
         t = time.time()
-        model = self.ref.fresh()
-        full = type(model.head).forward
-        # The reference's head returns only the last row; keep rows from the head's last position on (the scored ones).
-        model.head.forward = lambda x: full(model.head, x[:, head - 1:], full_logits=True)
-        self.rows = call(model, self.ref.v41, ids[:upto], 0, self.threads)
-        self.first = head - 1
+        self.rows, self.first = prefill_rows(self.ref, ids[:upto], head, self.threads), head - 1
         self.seconds += time.time() - t
         return self.rows[0]
 
@@ -277,9 +291,7 @@ def run(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
                 e = base.step(ids[pos], pos)
                 got = {c: s.step(ids[pos], pos) for c, s in others.items()}
             for c, row in got.items():
-                r = score_row(e, row, ids[head + i])
-                rows[c].setdefault(p["kind"], []).append(r)
-                rows[c].setdefault("all", []).append(r)
+                tally(rows[c], p["kind"], score_row(e, row, ids[head + i]))
         left -= want
         print(f"noise_floor: {p['name']} ({p['kind']}): {want} positions after a {head}-token head, "
               f"{time.time() - t0:.1f}s", file=sys.stderr)
@@ -312,13 +324,9 @@ def greedy_side(comp: str, ref: Reference, fed: Fed, ids: list, head: int, toks:
     """One comparison's rows teacher-forced on the base's greedy tokens after ids[:head]."""
     v41, threads = ref.v41, (a.threads_b if comp == "threads" else a.threads)
     if comp.startswith("ours-"):
-        a.ours_switch = comp.removeprefix("ours-")
-        return list(ours_rows(a, ids[:head] + toks[:-1], head))
+        return list(ours_rows(a, comp.removeprefix("ours-"), ids[:head] + toks[:-1], head))
     if comp == "prefill":
-        model = ref.fresh()
-        full = type(model.head).forward
-        model.head.forward = lambda x: full(model.head, x[:, head - 1:], full_logits=True)
-        return list(call(model, v41, ids[:head] + toks[:-1], 0, threads))
+        return list(prefill_rows(ref, ids[:head] + toks[:-1], head, threads))
     if comp == "order":
         model, row = fed.upto(head)
     else:
@@ -356,9 +364,7 @@ def run_greedy(prompts: list, ref: Reference, a) -> tuple[dict, dict]:
                 got = greedy_side(comp, ref, fed, ids, head, toks, a)
                 seconds[comp] += time.time() - t
                 for ex, row, tok in zip(base, got, toks):
-                    r = score_row(ex, row, tok)
-                    rows[comp].setdefault(p["kind"], []).append(r)
-                    rows[comp].setdefault("all", []).append(r)
+                    tally(rows[comp], p["kind"], score_row(ex, row, tok))
         print(f"noise_floor: {p['name']} ({p['kind']}): greedy rows at heads {cut_heads(len(ids), a.cuts)}, "
               f"{time.time() - t0:.1f}s", file=sys.stderr)
     return rows, seconds
@@ -379,6 +385,7 @@ def shards_sha256(ckpt: Path) -> str:
 def receipt(comparison: str, rows: dict, a, ref: Reference, ckpt: Path, sha: str, skipped: list, seconds: dict) -> dict:
     """One comparison in the shape of `cargo xtask gate --out`, plus what produced it."""
     threads_b = a.threads_b if comparison == "threads" else a.threads
+    on_gpu = comparison == "device" and a.device_b.startswith("cuda")
     return {
         "model": str(ckpt), "model_sha256": sha, "device": "cpu",
         "comparison": comparison,
@@ -408,9 +415,9 @@ def receipt(comparison: str, rows: dict, a, ref: Reference, ckpt: Path, sha: str
             "torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
             "threads": {"exact": a.threads, "candidate": threads_b},
             "torch_parallel": [l.strip() for l in torch.__config__.parallel_info().splitlines() if "MP " in l][:1],
-            "gpu": torch.cuda.get_device_name(torch.device(a.device_b)) if comparison == "device" and a.device_b.startswith("cuda") else None,
+            "gpu": torch.cuda.get_device_name(torch.device(a.device_b)) if on_gpu else None,
             "cuda_bf16_reduced_precision_reduction":
-                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction if comparison == "device" and a.device_b.startswith("cuda") else None,
+                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction if on_gpu else None,
         },
         "model_args": {"max_seq_len": ref.args.max_seq_len, "max_batch_size": 1, "temperature": 0.0},
         "seconds": {"exact": round(seconds["base"], 2), "candidate": round(seconds[comparison], 2)},
