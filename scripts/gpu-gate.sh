@@ -15,7 +15,7 @@ if [[ ! -f "$model/model.safetensors.index.json" && ! -f "$model/model.safetenso
   gpu-carry/xtask make-tiny --out "$model" --config small --seed 0 2>&1 | tail -1
 fi
 rc=0
-for cand in ${TF_GATE_CANDIDATES:-exact wide-sums cuda-graphs}; do
+for cand in ${TF_GATE_CANDIDATES:-exact sequential-sums cuda-graphs}; do
   name="${cand//,/+}"
   timeout --signal=KILL "${TF_GATE_TIMEOUT:-500}" gpu-carry/xtask gate --device cuda --model "$model" --candidate "$cand" \
     --prompts assets/gate/prompts.json --thresholds assets/gate/thresholds.json \

@@ -24,8 +24,8 @@ COMPARISONS = {
     "threads": "the same schedule (head prefilled whole) with torch threads {a} vs {b}",
     "prefill": "every scored row from a decode step (head prefilled whole) vs from one prefill of the whole prompt",
     "device": "the same schedule (head prefilled whole, decode steps after) on {d} vs on the CPU",
-    "ours-exact": "the reference (head whole, decode steps) vs our CPU forward's exact path (head prefilled, windows of 16)",
-    "ours-wide-sums": "the reference (head whole, decode steps) vs our CPU forward with wide sums (head prefilled, windows of 16)",
+    "ours-exact": "the reference (head whole, decode steps) vs our CPU forward's default path (head prefilled, windows of 16)",
+    "ours-sequential-sums": "the reference (head whole, decode steps) vs our CPU forward with sequential sums (head prefilled, windows of 16)",
 }
 
 
@@ -442,7 +442,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the exact side and of order")
     ap.add_argument("--threads-b", type=int, default=2, help="torch threads of the threads comparison's candidate")
     ap.add_argument("--device-b", default="cuda", help="torch device of the device comparison's candidate")
-    ap.add_argument("--ours", type=Path, help="the gate_rows example binary, for the ours-exact and ours-wide-sums comparisons")
+    ap.add_argument("--ours", type=Path, help="the gate_rows example binary, for the ours-exact and ours-sequential-sums comparisons")
     ap.add_argument("--index-keys", choices=("owner", "reference"), default="owner",
                     help="owner: our exact path's rule (spec §6.5); reference: upstream's stale keys")
     ap.add_argument("--ref", type=Path, default=HERE / "ref" / "deepseek_v41", help="vendored reference package")

@@ -17,7 +17,7 @@ pub const EXPERT_TOP_P: f32 = 0.85;
 /// The numerics switches a candidate may turn on (the exact path has none).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Switches {
-    pub wide_sums: bool,
+    pub sequential_sums: bool,
     pub exl3_fast: bool,
     pub exl3_prompt_gemm: bool,
     pub prefill_mxfp4: bool,
@@ -27,13 +27,13 @@ pub struct Switches {
 }
 
 impl Switches {
-    /// A comma list: `exact` (nothing), `wide-sums`, `exl3-fast`, `exl3-prompt-gemm`, `prefill-mxfp4`, `cuda-graphs`, `expert-top-p`.
+    /// A comma list: `exact` (nothing), `sequential-sums`, `exl3-fast`, `exl3-prompt-gemm`, `prefill-mxfp4`, `cuda-graphs`, `expert-top-p`.
     pub fn parse(list: &str) -> Result<Switches, String> {
         let mut s = Switches::default();
         for name in list.split(',').map(str::trim) {
             match name {
                 "" | "exact" => {}
-                "wide-sums" => s.wide_sums = true,
+                "sequential-sums" => s.sequential_sums = true,
                 "exl3-fast" => s.exl3_fast = true,
                 "exl3-prompt-gemm" => s.exl3_prompt_gemm = true,
                 "prefill-mxfp4" => s.prefill_mxfp4 = true,
@@ -48,7 +48,7 @@ impl Switches {
     /// The model options these switches give, with `tf serve`'s defaults for their row thresholds.
     pub fn options(self) -> tf_dsv41::Options {
         tf_dsv41::Options {
-            wide_sums: self.wide_sums,
+            sequential_sums: self.sequential_sums,
             exl3_fast: self.exl3_fast,
             exl3_prompt_gemm: self.exl3_prompt_gemm.then_some(tf_dsv41::EXL3_PROMPT_MIN_ROWS),
             prefill_mxfp4: self.prefill_mxfp4.then_some(tf_dsv41::PrefillMxfp4::DEFAULT),

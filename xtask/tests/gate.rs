@@ -54,7 +54,7 @@ fn the_gate_scores_a_candidate_and_judges_only_on_the_declared_model() {
     let sha = r["model_sha256"].as_str().unwrap().to_string();
     assert_eq!(sha.len(), 64);
 
-    let (code, wide, log) = gate(d.path(), &["--candidate", "wide-sums", "--thresholds", &undeclared]);
+    let (code, wide, log) = gate(d.path(), &["--candidate", "sequential-sums", "--thresholds", &undeclared]);
     assert_eq!(code, 0, "{log}");
     let w = &wide["by_kind"]["all"];
     assert!(w["kl_max"].as_f64().unwrap() > 0.0, "the switch reaches the candidate's numerics: {w}");
@@ -94,7 +94,7 @@ fn greedy_rows_follow_the_exact_paths_own_tokens_and_are_judged_when_declared() 
     assert_eq!((g["top1_exact"].as_f64(), g["kl_max"].as_f64()), (Some(1.0), Some(0.0)), "{g}");
     assert!(r["by_kind"]["all"]["positions"].as_u64().unwrap() > 30, "the text rows too: {r}");
 
-    let (code, w, log) = gate(d.path(), &["--candidate", "wide-sums", "--thresholds", &declared]);
+    let (code, w, log) = gate(d.path(), &["--candidate", "sequential-sums", "--thresholds", &declared]);
     assert_eq!((code, w["verdict"].as_str()), (1, Some("fail")), "{log}");
     let wg = &w["by_kind_greedy"]["all"];
     assert!(wg["kl_max"].as_f64().unwrap() > 0.0, "the candidate follows the exact tokens with its own numerics: {wg}");

@@ -1,4 +1,4 @@
-//! `SumOrder`: the sequential contract and the 32-lane switch, against independent re-expressions.
+//! `SumOrder`: the 32-lane contract and the sequential switch, against independent re-expressions.
 
 use tf_core::ops::{SumOrder, sum_squares};
 use tf_core::rng::SplitMix64;

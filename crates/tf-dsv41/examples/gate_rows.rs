@@ -1,15 +1,15 @@
-//! `gate_rows MODEL_DIR SEQS_JSON OUT_F32 [exact|wide-sums]`: CPU logits from each `{"ids", "head"}`'s head on (prefill, then windows of 16, as the gate), for noise_floor.py's `ours-*`.
+//! `gate_rows MODEL_DIR SEQS_JSON OUT_F32 [exact|sequential-sums]`: CPU logits from each `{"ids", "head"}`'s head on (prefill, then windows of 16, as the gate), for noise_floor.py's `ours-*`.
 use std::io::Write;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    assert!(matches!(args.len(), 4 | 5), "usage: gate_rows MODEL_DIR SEQS_JSON OUT_F32 [exact|wide-sums]");
-    let wide_sums = match args.get(4).map_or("exact", String::as_str) {
+    assert!(matches!(args.len(), 4 | 5), "usage: gate_rows MODEL_DIR SEQS_JSON OUT_F32 [exact|sequential-sums]");
+    let sequential_sums = match args.get(4).map_or("exact", String::as_str) {
         "exact" => false,
-        "wide-sums" => true,
-        other => panic!("unknown switch {other}: exact or wide-sums"),
+        "sequential-sums" => true,
+        other => panic!("unknown switch {other}: exact or sequential-sums"),
     };
-    let opts = tf_dsv41::Options { wide_sums, ..Default::default() };
+    let opts = tf_dsv41::Options { sequential_sums, ..Default::default() };
     let model = tf_dsv41::Model::load(std::path::Path::new(&args[1]), opts).expect("model loads");
     let seqs: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&args[2]).expect("seqs")).unwrap();
     let mut out = std::io::BufWriter::new(std::fs::File::create(&args[3]).expect("out file"));

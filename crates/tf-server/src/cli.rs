@@ -169,8 +169,11 @@ pub struct ServeArgs {
     /// Rows of each disk table kept decoded in host memory (needs --engram-io mmap|direct)
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub engram_cache_rows: usize,
-    /// Tier-2 switch: RMSNorm and mHC x² in 32 lanes (not gated yet)
+    /// RMSNorm and mHC x² in index order, the earlier contract (the default is 32 lanes; docs/numerics.md)
     #[arg(long)]
+    pub sequential_sums: bool,
+    /// Accepted for old scripts: the 32-lane sums are now the default
+    #[arg(long, hide = true)]
     pub wide_sums: bool,
     /// Tier-2 switch (CPU): a row skips its lightest routed experts past share P of its routing weight (not gated yet)
     #[arg(long, value_name = "P")]
@@ -278,6 +281,12 @@ impl ServeArgs {
                 ));
             }
         };
+        if self.wide_sums && self.sequential_sums {
+            return Err(crate::Error::Usage("--wide-sums (now the default) and --sequential-sums contradict each other"));
+        }
+        if self.wide_sums {
+            tracing::warn!("--wide-sums is the default now (32-lane sums); the flag does nothing");
+        }
         let engram_io = match self.engram_io {
             EngramIo::Mapped => None,
             EngramIo::Mmap => Some(tf_dsv41::EngramIo::Mmap),
@@ -353,7 +362,7 @@ impl ServeArgs {
             engram_io,
             engram_cache_rows: self.engram_cache_rows,
             engram_from: self.load.engram_from,
-            wide_sums: self.wide_sums,
+            sequential_sums: self.sequential_sums,
             exl3_fast: self.exl3_kernels == Exl3Kernels::Fast,
             exl3_prompt_gemm,
             prefill_mxfp4,

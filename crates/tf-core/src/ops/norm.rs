@@ -3,13 +3,13 @@
 use crate::formats::to_bf16;
 use half::bf16;
 
-/// The order of a long f32 sum of squares; `Sequential` is the reference contract, `Lanes32` a tier-2 switch (off by default).
+/// The order of a long f32 sum of squares; `Lanes32` is the contract (nearest torch's vector lanes, docs/numerics.md), `Sequential` the earlier one, a switch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SumOrder {
     /// One running sum in index order (Rust's `sum`).
-    #[default]
     Sequential,
     /// Element i to lane i % 32 (each lane from -0.0, in index order), then lane l += lane l ^ m for m = 16, 8, 4, 2, 1 (a warp's xor shuffle); lane 0.
+    #[default]
     Lanes32,
 }
 
@@ -33,7 +33,7 @@ pub fn sum_squares(x: impl Iterator<Item = f32>, order: SumOrder) -> f32 {
     }
 }
 
-/// RMSNorm of one row as DeepSeek computes it: `(w · (x · rsqrt(mean(x²) + eps)))` in f32, rounded to bf16.
+/// RMSNorm of one row as DeepSeek computes it, `(w · (x · rsqrt(mean(x²) + eps)))` in f32 rounded to bf16, its x² summed in index order (tf-cuda's generic kernel).
 pub fn rms_norm_bf16(x: &[bf16], w: &[bf16], eps: f32, out: &mut [bf16]) {
     rms_norm_bf16_in(x, w, eps, SumOrder::Sequential, out);
 }

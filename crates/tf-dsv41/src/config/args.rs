@@ -77,7 +77,7 @@ pub struct Config {
     pub dspark_n_activated_experts: usize,
     pub bos_token_id: u32,
     pub eos_token_id: u32,
-    /// Not from config.json: the sum order of RMSNorm and mHC's x², set from `Options::wide_sums` at load.
+    /// Not from config.json: the sum order of RMSNorm and mHC's x², `Lanes32` unless `Options::sequential_sums`.
     #[serde(skip)]
     pub sums: tf_core::ops::SumOrder,
 }
@@ -157,7 +157,7 @@ impl Default for Config {
             dspark_n_activated_experts: 0,
             bos_token_id: 0,
             eos_token_id: 1,
-            sums: tf_core::ops::SumOrder::Sequential,
+            sums: tf_core::ops::SumOrder::Lanes32,
         }
     }
 }

@@ -33,8 +33,8 @@ pub struct Options {
     pub engram_cache_rows: usize,
     /// Another checkpoint (or folder of some of its shards) to take the Engram tables from, as an EXL3 checkpoint keeps none; `None`: this one, else `<dir>/engram`.
     pub engram_from: Option<&'static std::path::Path>,
-    /// Tier-2 numerics switch, off by default: RMSNorm and mHC's x² sum in 32 lanes and a fixed fold (`SumOrder::Lanes32`).
-    pub wide_sums: bool,
+    /// Off by default (`--sequential-sums`): RMSNorm and mHC's x² in index order, the contract before `SumOrder::Lanes32` (docs/numerics.md).
+    pub sequential_sums: bool,
     /// Tier-2 switch, off by default (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for prompt chunks.
     pub prefill_mxfp4: Option<PrefillMxfp4>,
     /// Tier-2 numerics switch, off by default (`--exl3-kernels fast`): EXL3 on the GPU through tensor cores, within a declared bound.
@@ -122,7 +122,7 @@ impl Default for Options {
             engram_io: None,
             engram_cache_rows: 0,
             engram_from: None,
-            wide_sums: false,
+            sequential_sums: false,
             prefill_mxfp4: None,
             exl3_fast: false,
             exl3_prompt_gemm: None,
@@ -182,8 +182,8 @@ impl Model {
     }
 
     pub fn from_checkpoint(ck: &Checkpoint, mut cfg: Config, dir: &Path, opts: Options) -> Result<Model> {
-        if opts.wide_sums {
-            cfg.sums = tf_core::ops::SumOrder::Lanes32;
+        if opts.sequential_sums {
+            cfg.sums = tf_core::ops::SumOrder::Sequential;
         }
         let split = cfg.n_layers / 2;
         if opts.replay && cfg.kv_source_layers.iter().any(|&s| s > split) {

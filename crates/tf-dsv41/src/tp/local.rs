@@ -43,7 +43,7 @@ pub fn same_everywhere(dir: &Path, opts: &Options, comm: &dyn tf_collective::Com
         (
             o.replay,
             o.quirks,
-            o.wide_sums,
+            o.sequential_sums,
             o.prefill_mxfp4,
             o.exl3_fast,
             o.exl3_prompt_gemm,

@@ -23,8 +23,8 @@ pub struct ServeConfig {
     pub engram_cache_rows: usize,
     /// DeepSeek's original checkpoint to take the Engram tables from (`--engram-from`): an EXL3 checkpoint keeps none.
     pub engram_from: Option<PathBuf>,
-    /// Tier-2 numerics switch (`--wide-sums`): RMSNorm and mHC x² in 32 lanes; off by default, its gate has not said yes.
-    pub wide_sums: bool,
+    /// `--sequential-sums`: RMSNorm and mHC x² in index order, the contract before 32 lanes (docs/numerics.md); off by default.
+    pub sequential_sums: bool,
     /// Tier-2 switch (`--exl3-kernels fast`): EXL3 on the GPU through tensor cores instead of the exact kernels; off by default.
     pub exl3_fast: bool,
     /// Tier-2 switch (`--exl3-prompt gemm [--exl3-prompt-min-rows N]`): GPU calls of at least N rows run EXL3 as an fp16 GEMM; off by default.
@@ -62,7 +62,7 @@ impl ServeConfig {
             replay: self.replay,
             engram_io: self.engram_io,
             engram_cache_rows: self.engram_cache_rows,
-            wide_sums: self.wide_sums,
+            sequential_sums: self.sequential_sums,
             exl3_fast: self.exl3_fast,
             exl3_prompt_gemm: self.exl3_prompt_gemm,
             prefill_mxfp4: self.prefill_mxfp4,
@@ -113,7 +113,7 @@ impl Default for ServeConfig {
             engram_cache_rows: 0,
             engram_from: None,
             device: Device::Cpu,
-            wide_sums: false,
+            sequential_sums: false,
             exl3_fast: false,
             exl3_prompt_gemm: None,
             prefill_mxfp4: None,

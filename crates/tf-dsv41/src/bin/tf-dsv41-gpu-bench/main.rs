@@ -71,9 +71,9 @@ fn run() -> Result<Value, String> {
     // TF_BENCH_DRAFT=1 adds V4.1-Flash's three DSpark stages and times drafting (draft.rs).
     let drafting = env("TF_BENCH_DRAFT", 0) == 1;
     let mut cfg = if drafting { flash_config_dspark(layers) } else { flash_config(layers) }.map_err(fail)?;
-    // TF_BENCH_WIDE=1 times the tier-2 wide-sum switch (RMSNorm and mHC x² in 32 lanes).
-    if env("TF_BENCH_WIDE", 0) == 1 {
-        cfg.sums = tf_core::ops::SumOrder::Lanes32;
+    // TF_BENCH_SEQUENTIAL=1 times the `--sequential-sums` switch (RMSNorm and mHC x² in index order, the earlier contract).
+    if env("TF_BENCH_SEQUENTIAL", 0) == 1 {
+        cfg.sums = tf_core::ops::SumOrder::Sequential;
     }
     println!("[bench] sum order {:?}", cfg.sums);
     let t = Instant::now();

@@ -140,7 +140,7 @@ impl Drop for TempModel {
     }
 }
 
-/// The gates on one synthetic model kind: replay on and off, and replay off with the wide-sum switch (GPU == CPU in that order too).
+/// The gates on one synthetic model kind: replay on and off, and replay off with the sequential-sum switch (GPU == CPU in that order too).
 pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
     let dir = TempModel::write(&format!("e2e-{}", kind.name()), kind)?;
     let combos = [(true, false), (false, false), (false, true)];
@@ -212,12 +212,12 @@ fn gates(
         (true, (false, false, true)) => " exl3 prompt gemm",
         (true, (false, false, false)) => " exl3",
     };
-    for &(replay, wide_sums) in combos {
-        let opts = Options { replay, wide_sums, ..base };
+    for &(replay, sequential_sums) in combos {
+        let opts = Options { replay, sequential_sums, ..base };
         let cpu = Model::load(dir, opts).map_err(err)?;
         let mut gm = GpuModel::load(dir, opts, gpu).map_err(err)?;
         let vocab = cpu.cfg.vocab_size;
-        let wide = if wide_sums { ", wide sums" } else { "" };
+        let wide = if sequential_sums { ", sequential sums" } else { "" };
         let grouped = match (base.tiled_experts, base.group_experts) {
             (1.., _) => " tiled experts",
             (0, 1..) => " grouped experts",
@@ -245,7 +245,7 @@ fn gates(
                 ),
                 pass,
             );
-            report.push("e2e", json!({"model": format!("{}{exl3}", kind.name()), "replay": replay, "wide_sums": wide_sums, "prompt": n, "pass": pass, "diffs": diffs, "bit_identical": exact, "gpu_s": gpu_s}));
+            report.push("e2e", json!({"model": format!("{}{exl3}", kind.name()), "replay": replay, "sequential_sums": sequential_sums, "prompt": n, "pass": pass, "diffs": diffs, "bit_identical": exact, "gpu_s": gpu_s}));
             all.extend(diffs);
             solo.push((p, g));
         }
