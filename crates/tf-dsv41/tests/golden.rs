@@ -93,7 +93,10 @@ fn variant_rows(name: &str, stale: bool, sequential_sums: bool) -> (Vec<Diverged
     let mut sorted: Vec<f32> = rows.iter().map(|r| r.max_abs).collect();
     sorted.sort_by(f32::total_cmp);
     let (median, p90, worst) = (sorted[sorted.len() / 2], sorted[sorted.len() * 9 / 10], sorted[sorted.len() - 1]);
-    eprintln!("{name} (sequential sums {sequential_sums}): {} rows, max|Δ| median {median} p90 {p90} worst {worst}", rows.len());
+    eprintln!(
+        "{name} (sequential sums {sequential_sums}): {} rows, max|Δ| median {median} p90 {p90} worst {worst}",
+        rows.len()
+    );
     assert!(worst <= TOL && median <= 0.5 && p90 <= 1.0, "{name}: median {median} p90 {p90} worst {worst}");
     let (mut diverged, mut far) = (Vec::new(), Vec::new());
     for c in rows.iter().filter(|c| c.ours != c.theirs) {

@@ -282,7 +282,9 @@ impl ServeArgs {
             }
         };
         if self.wide_sums && self.sequential_sums {
-            return Err(crate::Error::Usage("--wide-sums (now the default) and --sequential-sums contradict each other"));
+            return Err(crate::Error::Usage(
+                "--wide-sums (now the default) and --sequential-sums contradict each other",
+            ));
         }
         if self.wide_sums {
             tracing::warn!("--wide-sums is the default now (32-lane sums); the flag does nothing");

@@ -118,6 +118,7 @@ fn usage_errors_exit_2() {
             &["serve", "--tp", "2", "--tp-transport", "nccl", "--device", "cuda"][..],
             "--tp-transport nccl needs --tp-addr",
         ),
+        (&["serve", "--wide-sums", "--sequential-sums"][..], "contradict each other"),
     ] {
         let out = tf(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
