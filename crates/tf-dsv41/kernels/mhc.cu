@@ -92,6 +92,17 @@ extern "C" __global__ void hc_pre(const unsigned short* __restrict__ x, const fl
     y[(size_t)blockIdx.x * dim + c] = bf16_rne(s);
 }
 
+// Grid (rows, ⌈dim/threads⌉): out[r · stride + c] = bf16(Σ_i x[r, i, c] / hc), summed in stream order from -0.0 (Block::mean_of_streams).
+extern "C" __global__ void hc_mean(const unsigned short* __restrict__ x, unsigned short* __restrict__ out, int hc, int dim,
+                                   int stride) {
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= dim) return;
+    const unsigned short* xr = x + (size_t)blockIdx.x * hc * dim + c;
+    float s = -0.0f;
+    for (int i = 0; i < hc; ++i) s = __fadd_rn(s, widen(xr[(size_t)i * dim]));
+    out[(size_t)blockIdx.x * stride + c] = bf16_rne(__fdiv_rn(s, (float)hc));
+}
+
 // Grid (rows, ⌈dim/threads⌉): out[r, j, c] = bf16(post_j · f[r, c] + Σ_i comb[i][j] · x[r, i, c]), sums in stream order.
 extern "C" __global__ void hc_post(const unsigned short* __restrict__ f, const unsigned short* __restrict__ x,
                                    const float* __restrict__ mix, unsigned short* __restrict__ out, int hc, int dim) {

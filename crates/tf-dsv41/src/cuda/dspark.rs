@@ -7,7 +7,7 @@ use super::ops::{self, Io, KeyRows, KeySource, key_id};
 use super::weights::{Acts, Buf, Exl3Run, Lin8, Mat, upload_bf16};
 use crate::config::RopeKind;
 use crate::linear::Dense;
-use crate::model::{Block, DSparkHeads, Drafts};
+use crate::model::{DSparkHeads, Drafts};
 use crate::plan::Part;
 use tf_core::bf16;
 use tf_cuda::{Error, Gpu};
@@ -101,18 +101,14 @@ impl GpuModel {
         let (cfg, w) = (self.cfg(), self.cfg().window_size);
         let (hc, dim, n) = (cfg.hc_mult, cfg.dim, first_tap.rows.min(rows));
         let first = rows - n;
-        let means: Vec<Vec<bf16>> = taps
-            .iter()
-            .map(|t| {
-                let x: Vec<u16> = self.gpu.download(&t.x)?;
-                let x: Vec<bf16> = x[(t.rows - n) * hc * dim..].iter().map(|&b| bf16::from_bits(b)).collect();
-                Ok(Block::mean_of_streams(&x, n, hc, dim))
-            })
-            .collect::<Result<_, Error>>()?;
-        let hidden: Vec<u16> = (0..n)
-            .flat_map(|r| means.iter().flat_map(move |m| m[r * dim..(r + 1) * dim].iter().map(|v| v.to_bits())))
-            .collect();
-        let hidden = self.gpu.upload_exact(&hidden)?;
+        // Each tap's stream means land in its columns of `hidden` on the device: no read-back, no host sync.
+        let (row, width) = (hc * dim * 2, dim * taps.len());
+        let mut hidden = self.gpu.pool().take(n * width * 2)?;
+        for (i, t) in taps.iter().enumerate() {
+            let x = t.x.view().slice((t.rows - n) * row..t.rows * row);
+            let mut all = hidden.view_mut();
+            ops::hc_mean(self.gpu, &x, &mut all.slice_mut(i * dim * 2..), (n, hc, dim, width))?;
+        }
         let main = ds.main_proj.forward(self.gpu, &Acts::new(&hidden, n, dim * taps.len()))?;
         let main_x = self.norm(&main, &ds.main_norm, n, dim)?;
         let positions: Vec<usize> = (pos0 + first..pos0 + rows).collect();

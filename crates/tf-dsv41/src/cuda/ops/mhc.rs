@@ -1,4 +1,4 @@
-//! `hc_mixes`, `hc_pre`, `hc_post`: the mHC site (dsv41 §8) as `crate::mhc` computes it.
+//! `hc_mixes`, `hc_pre`, `hc_post`, `hc_mean`: the mHC site (dsv41 §8) as `crate::mhc` computes it.
 
 use super::{In, Out, bytes, grid, grid1, int, need};
 use crate::cuda::kernels::MHC;
@@ -152,6 +152,35 @@ pub fn hc_post(
     let mut launch = gpu.stream().launch_builder(&func);
     launch.arg(f).arg(x).arg(mix).arg(out).arg(&hc_i).arg(&dim_i);
     // SAFETY: arguments match `hc_post(const u16*, const u16*, const f32*, u16*, int, int)`; sizes checked above.
+    unsafe { launch.launch(grid((rows, blocks), THREADS as u32, 0)) }
+        .doing(|| format!("launching {OP} on {rows} rows"))?;
+    Ok(())
+}
+
+/// out bf16 rows `stride` elements apart = the mean of each x row's hc streams (`Block::mean_of_streams`): DSpark's tap on the device.
+pub fn hc_mean(
+    gpu: &Gpu,
+    x: &In<'_>,
+    out: &mut Out<'_>,
+    (rows, hc, dim, stride): (usize, usize, usize, usize),
+) -> Result<(), Error> {
+    const OP: &str = "hc_mean";
+    shape(OP, hc, dim)?;
+    need(OP, "x", x.len(), bytes(OP, &[rows, hc, dim, 2])?)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    if stride < dim {
+        return Err(Error::Launch { op: OP, what: format!("row stride {stride} under the width {dim}") });
+    }
+    need(OP, "out", out.len(), bytes(OP, &[(rows - 1) * stride + dim, 2])?)?;
+    let blocks = column_blocks(OP, dim)?;
+    int(OP, "rows", rows)?;
+    let (hc_i, dim_i, stride_i) = (int(OP, "hc", hc)?, int(OP, "dim", dim)?, int(OP, "stride", stride)?);
+    let f = gpu.function(&MHC.spec(&[]), OP)?;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(x).arg(out).arg(&hc_i).arg(&dim_i).arg(&stride_i);
+    // SAFETY: arguments match `hc_mean(const u16*, u16*, int, int, int)`; sizes checked above.
     unsafe { launch.launch(grid((rows, blocks), THREADS as u32, 0)) }
         .doing(|| format!("launching {OP} on {rows} rows"))?;
     Ok(())
