@@ -159,3 +159,37 @@ fn expert_top_p_keeps_chunking_invariance_and_changes_the_logits() {
             && tf_dsv41::TopP::new(f32::NAN).is_err()
     );
 }
+
+#[test]
+fn wo_a_in_eight_lanes_keeps_chunking_and_decode_invariance() {
+    let p = prompt(70);
+    let m = Model::load(tiny_dir(), Options { replay: false, wo_a_lanes8: true, ..Options::default() }).unwrap();
+    let whole = prefill_chunked(&m, &p, p.len());
+    for chunk in [1, 7, 64] {
+        assert_eq!(prefill_chunked(&m, &p, chunk), whole, "chunk {chunk}: each row's dots are its own");
+    }
+    let mut st = m.new_state();
+    m.prefill(&mut st, &p[..60], true).unwrap();
+    let mut last = Vec::new();
+    for &t in &p[60..] {
+        last = m.decode(&mut st, &[t]).unwrap().remove(0);
+    }
+    assert_eq!(last, whole, "decode rows equal prompt rows");
+    let base = prefill_chunked(&model(false), &p, p.len());
+    let moved = whole.iter().zip(&base).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(moved < 0.5, "the order moves a logit by {moved}: at most a few bf16 roundings of wo_a's outputs");
+}
+
+#[test]
+fn grouped_wo_a_sums_in_the_order_asked() {
+    use tf_core::bf16;
+    // 2^24 absorbs each 1 that follows it in index order; in 8 lanes the ±2^24 meet in lane 0 and the ones survive.
+    let big = 16_777_216.0f32;
+    let o: Vec<bf16> = (0..16).map(|i| bf16::from_f32(if i == 0 { big } else if i == 8 { -big } else { 1.0 })).collect();
+    let w = vec![1.0f32; 16];
+    let at = |lanes8| tf_dsv41::attn::grouped_wo_a(&o, &w, (1, 1, 1, 16), lanes8)[0].to_f32();
+    assert_eq!((at(false), at(true)), (7.0, 14.0));
+    let two = [o.clone(), o.iter().map(|v| -*v).collect()].concat();
+    let u = tf_dsv41::attn::grouped_wo_a(&two, &[w.clone(), w].concat(), (1, 2, 1, 16), true);
+    assert_eq!((u[0].to_f32(), u[1].to_f32()), (14.0, -14.0), "each group its own dots");
+}

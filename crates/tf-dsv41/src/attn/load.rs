@@ -51,6 +51,8 @@ pub struct AttnWeights {
     pub kv_norm: Vec<bf16>,
     /// `wo_a` as bf16 values in f32, `[groups·rank, heads·head_dim/groups]`.
     pub wo_a: Vec<f32>,
+    /// Each `wo_a` dot in `matmul_nt`'s 8-lane order (`Config::wo_a_lanes8`), else in index order.
+    pub wo_a_lanes8: bool,
     pub wo_b: QLinear<Fp8Weight>,
     pub sink: Vec<f32>,
     pub compressor: Option<Compressor>,
@@ -150,6 +152,7 @@ impl AttnWeights {
             wkv: fp8(ck, &format!("{a}wkv"), d, dim)?,
             kv_norm: load_bf16_vec(ck, &format!("{a}kv_norm.weight"), d)?,
             wo_a: load_wo_a(ck, &format!("{a}wo_a"), (g, rank), h * d / g)?,
+            wo_a_lanes8: cfg.wo_a_lanes8,
             wo_b: fp8(ck, &format!("{a}wo_b"), dim, g * rank)?,
             sink: load_vec(ck, &format!("{a}attn_sink"), h)?,
             compressor,

@@ -151,19 +151,36 @@ impl AttnWeights {
     /// `wo_a` block-diagonal over this rank's groups (each group projects only its heads), bf16 out.
     fn grouped_out(&self, o: &[bf16], rows: usize) -> Vec<bf16> {
         let gin = self.n_heads * self.head_dim / self.o_groups;
-        let rank = self.o_lora_rank;
-        let g = self.wo_a.len() / (rank * gin);
-        let mut u = vec![bf16::ZERO; rows * g * rank];
-        for r in 0..rows {
-            for gi in 0..g {
-                let og: Vec<f32> =
-                    o[r * g * gin + gi * gin..r * g * gin + (gi + 1) * gin].iter().map(|v| v.to_f32()).collect();
-                for k in 0..rank {
-                    let wrow = &self.wo_a[(gi * rank + k) * gin..(gi * rank + k + 1) * gin];
-                    u[r * g * rank + gi * rank + k] = to_bf16(og.iter().zip(wrow).map(|(a, b)| a * b).sum());
-                }
-            }
-        }
-        u
+        let (rank, g) = (self.o_lora_rank, self.wo_a.len() / (self.o_lora_rank * gin));
+        grouped_wo_a(o, &self.wo_a, (rows, g, rank, gin), self.wo_a_lanes8)
     }
+}
+
+/// `u[r, g, k] = bf16(Σ_i o[r, g, i] · w[g, k, i])`: grouped `wo_a`, each dot in index order or (`lanes8`) in `matmul_nt`'s 8-lane order.
+pub fn grouped_wo_a(
+    o: &[bf16],
+    w: &[f32],
+    (rows, g, rank, gin): (usize, usize, usize, usize),
+    lanes8: bool,
+) -> Vec<bf16> {
+    assert!(o.len() == rows * g * gin && w.len() == g * rank * gin, "grouped_wo_a: {} and {} values", o.len(), w.len());
+    let mut u = vec![bf16::ZERO; rows * g * rank];
+    for gi in 0..g {
+        let og: Vec<f32> =
+            (0..rows).flat_map(|r| o[(r * g + gi) * gin..(r * g + gi + 1) * gin].iter().map(|v| v.to_f32())).collect();
+        let wg = &w[gi * rank * gin..(gi + 1) * rank * gin];
+        let dots = if lanes8 {
+            tf_core::ops::matmul_nt(&og, wg, rows, rank, gin)
+        } else {
+            (0..rows * rank)
+                .map(|i| {
+                    og[(i / rank) * gin..][..gin].iter().zip(&wg[(i % rank) * gin..][..gin]).map(|(a, b)| a * b).sum()
+                })
+                .collect()
+        };
+        for (i, v) in dots.into_iter().enumerate() {
+            u[((i / rank) * g + gi) * rank + i % rank] = to_bf16(v);
+        }
+    }
+    u
 }

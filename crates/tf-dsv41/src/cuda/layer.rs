@@ -9,6 +9,11 @@ use crate::model::Block;
 use crate::moe::Moe;
 use tf_cuda::{Error, Gpu};
 
+/// Grouped `wo_a`'s sum order on the GPU, the CPU's (`AttnWeights::wo_a_lanes8`).
+pub(crate) fn wo_a_order(lanes8: bool) -> Sum {
+    if lanes8 { Sum::Lanes8 } else { Sum::Sequential }
+}
+
 /// An mHC site: `fn` in f32 (it multiplies the stream state in f32), `scale` [3], `base` [mix].
 pub struct GHc {
     pub func: Buf,
@@ -102,7 +107,7 @@ impl GAttn {
             wq_b: Lin8::upload(gpu, &a.wq_b, kernels)?,
             wkv: Lin8::upload(gpu, &a.wkv, kernels)?,
             kv_norm: upload_bf16(gpu, &a.kv_norm)?,
-            wo_a: Mat::from_f32(gpu, &a.wo_a, groups * a.o_lora_rank, gin, Sum::Sequential)?,
+            wo_a: Mat::from_f32(gpu, &a.wo_a, groups * a.o_lora_rank, gin, wo_a_order(a.wo_a_lanes8))?,
             wo_b: Lin8::upload(gpu, &a.wo_b, kernels)?,
             sink: upload_f32(gpu, &a.sink)?,
             compressor,

@@ -203,7 +203,11 @@ impl GpuModel {
                 wq_b: g.lin8(h * d, qr)?,
                 wkv: g.lin8(d, dim)?,
                 kv_norm: g.norm(d)?,
-                wo_a: g.mat(cfg.o_groups * cfg.o_lora_rank, h * d / cfg.o_groups, Sum::Sequential)?,
+                wo_a: g.mat(
+                    cfg.o_groups * cfg.o_lora_rank,
+                    h * d / cfg.o_groups,
+                    super::layer::wo_a_order(cfg.wo_a_lanes8),
+                )?,
                 wo_b: g.lin8(dim, cfg.o_groups * cfg.o_lora_rank)?,
                 sink: g.uniform(h, -1.0, 1.0, false)?,
                 compressor,

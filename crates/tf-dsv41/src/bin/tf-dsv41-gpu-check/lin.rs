@@ -27,7 +27,11 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
         (10, 1024, 4096, 4, (Io::Bf16, Io::Bf16, Io::Bf16)),
         (2, 300, 5120, 1, (Io::Bf16, Io::Bf16, Io::F32)),
     ] {
-        dense_case(gpu, rng, report, (rows, n, k), groups, io)?;
+        dense_case(gpu, rng, report, (rows, n, k), groups, io, groups > 1)?;
+    }
+    // Grouped `wo_a` in the 8-lane order (`--wo-a-lanes8`): one row, a window and a prompt chunk at the gate model's and Flash's shapes.
+    for (rows, n, k, groups) in [(1, 128, 256, 2), (6, 128, 256, 2), (1, 8192, 4096, 8), (40, 8192, 4096, 8)] {
+        dense_case(gpu, rng, report, (rows, n, k), groups, (Io::Bf16, Io::Bf16, Io::Bf16), false)?;
     }
     norm_case(gpu, rng, report)?;
     rope_case(gpu, rng, report)?;
@@ -55,7 +59,7 @@ fn download_as(gpu: &Gpu, b: &tf_cuda::PoolBuf<'_>, io: Io) -> Result<Vec<f32>, 
     }
 }
 
-/// `x·Wᵀ` bit for bit: one group in `matmul_nt`'s order (`Dense`), several in the sequential order of grouped `wo_a`.
+/// `x·Wᵀ` bit for bit: in `matmul_nt`'s order (`Dense`, per group), or with `sequential` in grouped `wo_a`'s index order.
 fn dense_case(
     gpu: &Gpu,
     rng: &mut SplitMix64,
@@ -63,13 +67,18 @@ fn dense_case(
     (rows, n, k): (usize, usize, usize),
     groups: usize,
     (xi, wi, yi): (Io, Io, Io),
+    sequential: bool,
 ) -> Result<(), Error> {
     let x = stored(normals(rng, rows * groups * k, 1.0), xi);
     let w = stored(normals(rng, n * k, 0.05), wi);
     let per = n / groups;
-    let order = if groups == 1 { Sum::Lanes8 } else { Sum::Sequential };
-    let want: Vec<f32> = if groups == 1 {
-        Dense { out: n, inp: k, w: w.clone() }.forward_f32(&x, rows)
+    let order = if sequential { Sum::Sequential } else { Sum::Lanes8 };
+    let want: Vec<f32> = if !sequential {
+        let xs = |g: usize| -> Vec<f32> { (0..rows).flat_map(|r| x[(r * groups + g) * k..][..k].to_vec()).collect() };
+        let ys: Vec<Vec<f32>> = (0..groups)
+            .map(|g| Dense { out: per, inp: k, w: w[g * per * k..][..per * k].to_vec() }.forward_f32(&xs(g), rows))
+            .collect();
+        (0..rows * n).map(|i| ys[(i % n) / per][(i / n) * per + i % per]).collect()
     } else {
         let xs = |r: usize, g: usize| &x[(r * groups + g) * k..(r * groups + g + 1) * k];
         (0..rows * n)
