@@ -18,7 +18,7 @@ pub const EXPERT_TOP_P: f32 = 0.85;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Switches {
     pub sequential_sums: bool,
-    pub wo_a_lanes8: bool,
+    pub sequential_wo_a: bool,
     pub exl3_fast: bool,
     pub exl3_prompt_gemm: bool,
     pub prefill_mxfp4: bool,
@@ -28,14 +28,14 @@ pub struct Switches {
 }
 
 impl Switches {
-    /// A comma list: `exact` (nothing), `sequential-sums`, `wo-a-lanes8`, `exl3-fast`, `exl3-prompt-gemm`, `prefill-mxfp4`, `cuda-graphs`, `expert-top-p`.
+    /// A comma list: `exact` (nothing), `sequential-sums`, `sequential-wo-a`, `exl3-fast`, `exl3-prompt-gemm`, `prefill-mxfp4`, `cuda-graphs`, `expert-top-p`.
     pub fn parse(list: &str) -> Result<Switches, String> {
         let mut s = Switches::default();
         for name in list.split(',').map(str::trim) {
             match name {
                 "" | "exact" => {}
                 "sequential-sums" => s.sequential_sums = true,
-                "wo-a-lanes8" => s.wo_a_lanes8 = true,
+                "sequential-wo-a" => s.sequential_wo_a = true,
                 "exl3-fast" => s.exl3_fast = true,
                 "exl3-prompt-gemm" => s.exl3_prompt_gemm = true,
                 "prefill-mxfp4" => s.prefill_mxfp4 = true,
@@ -51,7 +51,7 @@ impl Switches {
     pub fn options(self) -> tf_dsv41::Options {
         tf_dsv41::Options {
             sequential_sums: self.sequential_sums,
-            wo_a_lanes8: self.wo_a_lanes8,
+            sequential_wo_a: self.sequential_wo_a,
             exl3_fast: self.exl3_fast,
             exl3_prompt_gemm: self.exl3_prompt_gemm.then_some(tf_dsv41::EXL3_PROMPT_MIN_ROWS),
             prefill_mxfp4: self.prefill_mxfp4.then_some(tf_dsv41::PrefillMxfp4::DEFAULT),

@@ -39,7 +39,7 @@ commands:
   gate --candidate SWITCHES [--model DIR] [--device cpu|cuda[:N]] [--prompts FILE] [--thresholds FILE]
        [--prefill-frac F] [--window N] [--max-positions N] [--out FILE] [--dump-ids FILE]
        [--rows text,greedy] [--greedy N] [--cuts F,F,..]
-      the exact path and a candidate (exact, sequential-sums, wo-a-lanes8, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs, expert-top-p)
+      the exact path and a candidate (exact, sequential-sums, sequential-wo-a, exl3-fast, exl3-prompt-gemm, prefill-mxfp4, cuda-graphs, expert-top-p)
       teacher-forced on assets/gate/prompts.json: KL, greedy agreement, top-1, NLL against assets/gate/thresholds.json;
       greedy rows follow the exact path's own N tokens at each cut (default: every row set the thresholds declare)
   gate-model install --from DIR | expand --out DIR | exl3 --out DIR [--bits K]

@@ -161,9 +161,9 @@ fn expert_top_p_keeps_chunking_invariance_and_changes_the_logits() {
 }
 
 #[test]
-fn wo_a_in_eight_lanes_keeps_chunking_and_decode_invariance() {
+fn sequential_wo_a_keeps_chunking_and_decode_invariance() {
     let p = prompt(70);
-    let m = Model::load(tiny_dir(), Options { replay: false, wo_a_lanes8: true, ..Options::default() }).unwrap();
+    let m = Model::load(tiny_dir(), Options { replay: false, sequential_wo_a: true, ..Options::default() }).unwrap();
     let whole = prefill_chunked(&m, &p, p.len());
     for chunk in [1, 7, 64] {
         assert_eq!(prefill_chunked(&m, &p, chunk), whole, "chunk {chunk}: each row's dots are its own");
@@ -185,7 +185,17 @@ fn grouped_wo_a_sums_in_the_order_asked() {
     use tf_core::bf16;
     // 2^24 absorbs each 1 that follows it in index order; in 8 lanes the ±2^24 meet in lane 0 and the ones survive.
     let big = 16_777_216.0f32;
-    let o: Vec<bf16> = (0..16).map(|i| bf16::from_f32(if i == 0 { big } else if i == 8 { -big } else { 1.0 })).collect();
+    let o: Vec<bf16> = (0..16)
+        .map(|i| {
+            bf16::from_f32(if i == 0 {
+                big
+            } else if i == 8 {
+                -big
+            } else {
+                1.0
+            })
+        })
+        .collect();
     let w = vec![1.0f32; 16];
     let at = |lanes8| tf_dsv41::attn::grouped_wo_a(&o, &w, (1, 1, 1, 16), lanes8)[0].to_f32();
     assert_eq!((at(false), at(true)), (7.0, 14.0));

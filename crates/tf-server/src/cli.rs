@@ -172,9 +172,9 @@ pub struct ServeArgs {
     /// RMSNorm and mHC x² in index order, the earlier contract (the default is 32 lanes; docs/numerics.md)
     #[arg(long)]
     pub sequential_sums: bool,
-    /// Tier-2 switch: grouped wo_a in the 8-lane order of the GPU's tiled GEMV (docs/numerics.md)
+    /// Grouped wo_a in index order, the earlier order (the default is 8 lanes; docs/numerics.md)
     #[arg(long)]
-    pub wo_a_lanes8: bool,
+    pub sequential_wo_a: bool,
     /// Accepted for old scripts: the 32-lane sums are now the default
     #[arg(long, hide = true)]
     pub wide_sums: bool,
@@ -368,7 +368,7 @@ impl ServeArgs {
             engram_cache_rows: self.engram_cache_rows,
             engram_from: self.load.engram_from,
             sequential_sums: self.sequential_sums,
-            wo_a_lanes8: self.wo_a_lanes8,
+            sequential_wo_a: self.sequential_wo_a,
             exl3_fast: self.exl3_kernels == Exl3Kernels::Fast,
             exl3_prompt_gemm,
             prefill_mxfp4,

@@ -80,7 +80,7 @@ pub struct Config {
     /// Not from config.json: the sum order of RMSNorm and mHC's x², `Lanes32` unless `Options::sequential_sums`.
     #[serde(skip)]
     pub sums: tf_core::ops::SumOrder,
-    /// Not from config.json: grouped `wo_a` in `matmul_nt`'s 8-lane order instead of index order (`Options::wo_a_lanes8`).
+    /// Not from config.json: grouped `wo_a` in `matmul_nt`'s 8-lane order (the default) or in index order (`Options::sequential_wo_a`).
     #[serde(skip)]
     pub wo_a_lanes8: bool,
 }
@@ -161,7 +161,7 @@ impl Default for Config {
             bos_token_id: 0,
             eos_token_id: 1,
             sums: tf_core::ops::SumOrder::Lanes32,
-            wo_a_lanes8: false,
+            wo_a_lanes8: true,
         }
     }
 }

@@ -35,8 +35,8 @@ pub struct Options {
     pub engram_from: Option<&'static std::path::Path>,
     /// Off by default (`--sequential-sums`): RMSNorm and mHC's x² in index order, the contract before `SumOrder::Lanes32` (docs/numerics.md).
     pub sequential_sums: bool,
-    /// Tier-2 numerics switch, off by default (`--wo-a-lanes8`): grouped `wo_a` in `matmul_nt`'s 8-lane order, the GPU's tiled GEMV.
-    pub wo_a_lanes8: bool,
+    /// Off by default (`--sequential-wo-a`): grouped `wo_a` in index order, the order before the 8-lane default (docs/numerics.md).
+    pub sequential_wo_a: bool,
     /// Tier-2 switch, off by default (`--prefill-experts mxfp4`): MXFP4 copies of EXL3 routed experts for prompt chunks.
     pub prefill_mxfp4: Option<PrefillMxfp4>,
     /// Tier-2 numerics switch, off by default (`--exl3-kernels fast`): EXL3 on the GPU through tensor cores, within a declared bound.
@@ -125,7 +125,7 @@ impl Default for Options {
             engram_cache_rows: 0,
             engram_from: None,
             sequential_sums: false,
-            wo_a_lanes8: false,
+            sequential_wo_a: false,
             prefill_mxfp4: None,
             exl3_fast: false,
             exl3_prompt_gemm: None,
@@ -188,7 +188,7 @@ impl Model {
         if opts.sequential_sums {
             cfg.sums = tf_core::ops::SumOrder::Sequential;
         }
-        cfg.wo_a_lanes8 = opts.wo_a_lanes8;
+        cfg.wo_a_lanes8 = !opts.sequential_wo_a;
         let split = cfg.n_layers / 2;
         if opts.replay && cfg.kv_source_layers.iter().any(|&s| s > split) {
             return Err(Error::Invalid(

@@ -44,7 +44,7 @@ pub fn same_everywhere(dir: &Path, opts: &Options, comm: &dyn tf_collective::Com
             o.replay,
             o.quirks,
             o.sequential_sums,
-            o.wo_a_lanes8,
+            o.sequential_wo_a,
             o.prefill_mxfp4,
             o.exl3_fast,
             o.exl3_prompt_gemm,

@@ -25,8 +25,8 @@ pub struct ServeConfig {
     pub engram_from: Option<PathBuf>,
     /// `--sequential-sums`: RMSNorm and mHC x² in index order, the contract before 32 lanes (docs/numerics.md); off by default.
     pub sequential_sums: bool,
-    /// Tier-2 switch (`--wo-a-lanes8`): grouped `wo_a` in the 8-lane order of the GPU's tiled GEMV; off by default.
-    pub wo_a_lanes8: bool,
+    /// `--sequential-wo-a`: grouped `wo_a` in index order, the order before the 8-lane default (docs/numerics.md); off by default.
+    pub sequential_wo_a: bool,
     /// Tier-2 switch (`--exl3-kernels fast`): EXL3 on the GPU through tensor cores instead of the exact kernels; off by default.
     pub exl3_fast: bool,
     /// Tier-2 switch (`--exl3-prompt gemm [--exl3-prompt-min-rows N]`): GPU calls of at least N rows run EXL3 as an fp16 GEMM; off by default.
@@ -65,7 +65,7 @@ impl ServeConfig {
             engram_io: self.engram_io,
             engram_cache_rows: self.engram_cache_rows,
             sequential_sums: self.sequential_sums,
-            wo_a_lanes8: self.wo_a_lanes8,
+            sequential_wo_a: self.sequential_wo_a,
             exl3_fast: self.exl3_fast,
             exl3_prompt_gemm: self.exl3_prompt_gemm,
             prefill_mxfp4: self.prefill_mxfp4,
@@ -117,7 +117,7 @@ impl Default for ServeConfig {
             engram_from: None,
             device: Device::Cpu,
             sequential_sums: false,
-            wo_a_lanes8: false,
+            sequential_wo_a: false,
             exl3_fast: false,
             exl3_prompt_gemm: None,
             prefill_mxfp4: None,

@@ -75,8 +75,8 @@ fn run() -> Result<Value, String> {
     if env("TF_BENCH_SEQUENTIAL", 0) == 1 {
         cfg.sums = tf_core::ops::SumOrder::Sequential;
     }
-    // TF_BENCH_WO_A_LANES8=1 times the `--wo-a-lanes8` switch (grouped wo_a in the 8-lane order, the tiled GEMV).
-    cfg.wo_a_lanes8 = env("TF_BENCH_WO_A_LANES8", 0) == 1;
+    // TF_BENCH_SEQUENTIAL_WO_A=1 times the `--sequential-wo-a` switch (grouped wo_a in index order, the earlier order).
+    cfg.wo_a_lanes8 = env("TF_BENCH_SEQUENTIAL_WO_A", 0) != 1;
     println!("[bench] sum order {:?}, wo_a in 8 lanes {}", cfg.sums, cfg.wo_a_lanes8);
     let t = Instant::now();
     // TF_BENCH_EXL3=K makes every linear and expert an EXL3 MUL1 trellis at K; TF_BENCH_EXL3_PROMPT=N adds the prompt GEMM from N rows.

@@ -29,7 +29,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
     ] {
         dense_case(gpu, rng, report, (rows, n, k), groups, io, groups > 1)?;
     }
-    // Grouped `wo_a` in the 8-lane order (`--wo-a-lanes8`): one row, a window and a prompt chunk at the gate model's and Flash's shapes.
+    // Grouped `wo_a` in the 8-lane order (the default since 2026-12-07): one row, a window and a prompt chunk at the gate model's and Flash's shapes.
     for (rows, n, k, groups) in [(1, 128, 256, 2), (6, 128, 256, 2), (1, 8192, 4096, 8), (40, 8192, 4096, 8)] {
         dense_case(gpu, rng, report, (rows, n, k), groups, (Io::Bf16, Io::Bf16, Io::Bf16), false)?;
     }
