@@ -33,7 +33,7 @@ pub fn sum_squares(x: impl Iterator<Item = f32>, order: SumOrder) -> f32 {
     }
 }
 
-/// RMSNorm of one row as DeepSeek computes it, `(w · (x · rsqrt(mean(x²) + eps)))` in f32 rounded to bf16, its x² summed in index order (tf-cuda's generic kernel).
+/// RMSNorm of one row, `(w · (x · rsqrt(mean(x²) + eps)))` in f32 rounded to bf16, x² summed in index order (tf-cuda's generic kernel; dsv41 passes its order to `rms_norm_bf16_in`).
 pub fn rms_norm_bf16(x: &[bf16], w: &[bf16], eps: f32, out: &mut [bf16]) {
     rms_norm_bf16_in(x, w, eps, SumOrder::Sequential, out);
 }

@@ -217,13 +217,13 @@ fn gates(
         let cpu = Model::load(dir, opts).map_err(err)?;
         let mut gm = GpuModel::load(dir, opts, gpu).map_err(err)?;
         let vocab = cpu.cfg.vocab_size;
-        let wide = if sequential_sums { ", sequential sums" } else { "" };
+        let sums = if sequential_sums { ", sequential sums" } else { "" };
         let grouped = match (base.tiled_experts, base.group_experts) {
             (1.., _) => " tiled experts",
             (0, 1..) => " grouped experts",
             _ => "",
         };
-        let name = format!("{}{exl3}{grouped} replay {}{wide}", kind.name(), if replay { "on" } else { "off" });
+        let name = format!("{}{exl3}{grouped} replay {}{sums}", kind.name(), if replay { "on" } else { "off" });
         let (mut solo, mut all) = (Vec::new(), Vec::new());
         for n in LENGTHS {
             let p = prompt(rng, n, vocab);
