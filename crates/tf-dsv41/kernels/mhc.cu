@@ -22,6 +22,81 @@ extern "C" __global__ void hc_squares(float* __restrict__ ss, const unsigned sho
     if (lane == 0) ss[r] = s;
 }
 
+// Threads of a hc_dots block, and the columns it stages per pass (16 a thread).
+#define HC_DOT_THREADS 256
+#define HC_DOT_COLS (HC_DOT_THREADS * 16)
+
+// LANES lanes of warp 0 add a staged pass in their order: lane t takes elements t, t + LANES, … of this pass.
+template <int LANES>
+__device__ __forceinline__ float hc_chain(const float* __restrict__ p, int len, float acc) {
+    const int t = threadIdx.x;
+    if (len == HC_DOT_COLS) {
+#pragma unroll 16
+        for (int j = t; j < HC_DOT_COLS; j += LANES) acc = __fadd_rn(acc, p[j]);
+    } else {
+        for (int j = t; j < len; j += LANES) acc = __fadd_rn(acc, p[j]);
+    }
+    return acc;
+}
+
+// Grid (n + 1, rows), width % 4 == 0, x 8- and func 16-byte aligned: block (o < n, r) writes mix[r, o] = Σ x[r, i]·func[o, i] in matmul_nt's 8-lane order (element i to lane i % 8, then xor 4, 2, 1), block (n, r) ss[r] = Σ x[r, i]² in SumOrder::Lanes32. Every thread forms a pass's products into shared memory; warp 0 adds them while the next pass loads, so each output's dependent adds run on their own SM.
+extern "C" __global__ void __launch_bounds__(HC_DOT_THREADS)
+hc_dots(const unsigned short* __restrict__ x, const float* __restrict__ func, float* __restrict__ mix,
+        float* __restrict__ ss, int n, int width) {
+    __shared__ __align__(16) float prod[2][HC_DOT_COLS];
+    const int o = blockIdx.x, r = blockIdx.y, t = threadIdx.x;
+    const bool squares = o == n;
+    const unsigned short* xr = x + (size_t)r * width;
+    const float* wr = func + (size_t)(squares ? 0 : o) * width;
+    const int passes = (width + HC_DOT_COLS - 1) / HC_DOT_COLS;
+    float4 wv[4];
+    uint2 xv[4];
+    // Thread t owns columns 4·(t + HC_DOT_THREADS·g) .. +4 of a pass, g < 4: coalesced 16- and 8-byte loads.
+    auto fetch = [&](int pass) {
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            const int c = pass * HC_DOT_COLS + 4 * (t + HC_DOT_THREADS * g);
+            const bool in = c < width;
+            xv[g] = in ? __ldg(reinterpret_cast<const uint2*>(xr + c)) : make_uint2(0u, 0u);
+            wv[g] = in && !squares ? __ldg(reinterpret_cast<const float4*>(wr + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    auto stage = [&](float* dst) {
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            const float a[4] = {widen((bf16_bits)(xv[g].x & 0xffffu)), widen((bf16_bits)(xv[g].x >> 16)),
+                                widen((bf16_bits)(xv[g].y & 0xffffu)), widen((bf16_bits)(xv[g].y >> 16))};
+            const float b[4] = {wv[g].x, wv[g].y, wv[g].z, wv[g].w};
+            float4 q;
+            q.x = __fmul_rn(a[0], squares ? a[0] : b[0]);
+            q.y = __fmul_rn(a[1], squares ? a[1] : b[1]);
+            q.z = __fmul_rn(a[2], squares ? a[2] : b[2]);
+            q.w = __fmul_rn(a[3], squares ? a[3] : b[3]);
+            reinterpret_cast<float4*>(dst)[t + HC_DOT_THREADS * g] = q;
+        }
+    };
+    float acc = squares ? -0.0f : 0.0f;
+    fetch(0);
+    stage(prod[0]);
+    __syncthreads();
+    for (int p = 0; p < passes; ++p) {
+        if (p + 1 < passes) fetch(p + 1);
+        const int len = min(HC_DOT_COLS, width - p * HC_DOT_COLS);
+        if (squares && t < 32) acc = hc_chain<32>(prod[p & 1], len, acc);
+        else if (!squares && t < 8) acc = hc_chain<8>(prod[p & 1], len, acc);
+        if (p + 1 < passes) stage(prod[(p + 1) & 1]);
+        __syncthreads();
+    }
+    if (t >= 32) return;
+    if (squares) {
+        acc = lanes32_fold(acc);
+        if (t == 0) ss[r] = acc;
+    } else {
+        for (int m = 4; m > 0; m >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, m));
+        if (t == 0) mix[(size_t)r * n + o] = acc;
+    }
+}
+
 // Threads of a hc_sinkhorn block: one per comb element (hc ≤ MHC_MAX_HC).
 #define SINKHORN_THREADS (MHC_MAX_HC * MHC_MAX_HC)
 

@@ -29,8 +29,8 @@ fn flat(m: &[HcMix]) -> Vec<f32> {
 }
 
 pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
-    // The flash width (hc·dim = 20,480) over 11 rows crosses dense's 8-row tiles; width 1,284 (not whole vectors) sums x² apart.
-    for shape in [(6, 4, 320), (11, 4, 5120), (1, 4, 5120), (3, 4, 321)] {
+    // The flash width (hc·dim = 20,480) over 11 rows crosses dense's 8-row tiles; width 1,284 (not whole vectors) sums x² apart; 70 rows take the tiled dense past hc_dots' 64.
+    for shape in [(6, 4, 320), (11, 4, 5120), (1, 4, 5120), (3, 4, 321), (32, 4, 4096), (70, 4, 256)] {
         for sums in [SumOrder::Sequential, SumOrder::Lanes32] {
             mhc_case(gpu, rng, report, shape, Norm { eps: 1e-6, sums })?;
         }

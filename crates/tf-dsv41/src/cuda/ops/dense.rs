@@ -92,7 +92,7 @@ pub fn dense_defines((rows, lanes): (usize, usize)) -> [(&'static str, String); 
 }
 
 /// Whether the view starts on a 16-byte boundary (pool buffers do; a view into a packed weight may not).
-fn aligned16(gpu: &Gpu, v: &In<'_>) -> bool {
+pub(crate) fn aligned16(gpu: &Gpu, v: &In<'_>) -> bool {
     let (ptr, _sync) = v.device_ptr(gpu.stream());
     ptr.is_multiple_of(16)
 }

@@ -12,6 +12,10 @@ use tf_cuda::{Error, Gpu};
 const MAX_HC: usize = 8;
 /// Threads per block of the column kernels.
 const THREADS: usize = 256;
+/// `HC_DOT_THREADS` in `kernels/mhc.cu`.
+const DOT_THREADS: u32 = 256;
+/// Up to this many rows `hc_dots` runs a block per (output, row); past it the tiled `dense` keeps each block busier.
+const DOT_ROWS: usize = 64;
 
 /// Fails naming `op` unless `1 ≤ hc ≤ MAX_HC` and `dim ≥ 1`; returns the mix width `(2+hc)·hc`.
 fn shape(op: &'static str, hc: usize, dim: usize) -> Result<usize, Error> {
@@ -61,15 +65,31 @@ pub fn hc_mixes(
     let iters_i = int(OP, "iters", iters)?;
     // The raw dots in matmul_nt's order, as HcSite::mixes computes them on the CPU, and each row's sum of x².
     let mut ss = gpu.pool().take(bytes(OP, &[rows, 4])?)?;
-    let summed = super::dense::dense_squares(
-        gpu,
-        (x, super::Io::Bf16),
-        (func, super::Io::F32),
-        (&mut *mix, super::Io::F32),
-        (&mut ss.view_mut(), norm.sums),
-        (rows, n, width),
-        super::Sum::Lanes8,
-    )?;
+    let spread = norm.sums == SumOrder::Lanes32
+        && rows <= DOT_ROWS
+        && width.is_multiple_of(4)
+        && super::dense::aligned16(gpu, x)
+        && super::dense::aligned16(gpu, func);
+    let summed = if spread {
+        let f = gpu.function(&MHC.spec(&[]), "hc_dots")?;
+        let (mut ss_out, n_i) = (ss.view_mut(), int(OP, "mix", n)?);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(x).arg(func).arg(&mut *mix).arg(&mut ss_out).arg(&n_i).arg(&width_i);
+        // SAFETY: arguments match `hc_dots(const u16*, const f32*, f32*, f32*, int, int)`; sizes and alignment checked above.
+        unsafe { launch.launch(grid((n + 1, rows), DOT_THREADS, 0)) }
+            .doing(|| format!("launching {OP} (dots) on {rows} rows"))?;
+        true
+    } else {
+        super::dense::dense_squares(
+            gpu,
+            (x, super::Io::Bf16),
+            (func, super::Io::F32),
+            (&mut *mix, super::Io::F32),
+            (&mut ss.view_mut(), norm.sums),
+            (rows, n, width),
+            super::Sum::Lanes8,
+        )?
+    };
     if !summed {
         let f = gpu.function(&MHC.spec(&[]), "hc_squares")?;
         let mut ss_out = ss.view_mut();
