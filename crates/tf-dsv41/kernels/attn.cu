@@ -73,6 +73,68 @@ __device__ __forceinline__ void load_pairs(const unsigned short* const* keys, in
     }
 }
 
+// Floats of attend_row's static p·v scratch: a row group's block partials, 8 columns a thread of 256.
+#define PV_SCRATCH 2048
+// Keys a thread's 16-byte value loads run ahead of its adds in pv_wide.
+#define PV_WIDE_AHEAD 16
+
+// Adds key j's eight values (v, bf16) times p[j] to pv[0..8), product and add rounded apart.
+__device__ __forceinline__ void pv_add8(float* pv, float pj, uint4 v) {
+    const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        pv[2 * i] = __fadd_rn(pv[2 * i], __fmul_rn(pj, widen((unsigned short)(w[i] & 0xFFFF))));
+        pv[2 * i + 1] = __fadd_rn(pv[2 * i + 1], __fmul_rn(pj, widen((unsigned short)(w[i] >> 16))));
+    }
+}
+
+// p·v when d % 8 == 0, d / 8 divides the block and every key row is 16-byte aligned: a softmax block's sums are independent of the others', so row groups of d / 8 threads form several blocks' partials at once (8 columns a thread, 16-byte loads), and the first group folds them in block order; each column's adds are the CPU's.
+__device__ void pv_wide(const unsigned short* const* keys, const float* p, const float* rescale, float* scratch, int L,
+                        int nblk, int d, float sum_exp, unsigned short* __restrict__ orow) {
+    const int tid = threadIdx.x, G = d / 8, NG = blockDim.x / G, g = tid / G, c8 = (tid % G) * 8;
+    float acc[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
+    for (int b0 = 0; b0 < nblk; b0 += NG) {
+        const int b = b0 + g;
+        if (b < nblk) {
+            float pv[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) pv[u] = 0.0f;
+            const int j0 = b * BLOCK, j1 = min(L, j0 + BLOCK);
+            uint4 buf[PV_WIDE_AHEAD];
+#pragma unroll
+            for (int u = 0; u < PV_WIDE_AHEAD; ++u) {
+                const unsigned short* kr = j0 + u < j1 ? keys[j0 + u] : nullptr;
+                buf[u] = kr ? __ldg(reinterpret_cast<const uint4*>(kr + c8)) : make_uint4(0u, 0u, 0u, 0u);
+            }
+            for (int j = j0; j < j1; j += PV_WIDE_AHEAD) {
+#pragma unroll
+                for (int u = 0; u < PV_WIDE_AHEAD; ++u) {
+                    const uint4 v = buf[u];
+                    const int jn = j + PV_WIDE_AHEAD + u;
+                    const unsigned short* kn = jn < j1 ? keys[jn] : nullptr;
+                    buf[u] = kn ? __ldg(reinterpret_cast<const uint4*>(kn + c8)) : make_uint4(0u, 0u, 0u, 0u);
+                    if (j + u < j1 && keys[j + u]) pv_add8(pv, p[j + u], v);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) scratch[g * d + c8 + u] = pv[u];
+        }
+        __syncthreads();
+        if (g == 0)
+            for (int bb = b0; bb < min(nblk, b0 + NG); ++bb) {
+                const float rs = rescale[bb];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) acc[u] = __fadd_rn(__fmul_rn(acc[u], rs), scratch[(bb - b0) * d + c8 + u]);
+            }
+        __syncthreads();
+    }
+    if (g == 0)
+#pragma unroll
+        for (int u = 0; u < 8; ++u) orow[c8 + u] = bf16_rne(acc[u] / sum_exp);
+}
+
 // One (row, head): a key list of window[0..w) then sel[0..s), as the CPU forward builds it. Dynamic shared: q f32 [d], per key its row pointer and score (later probability), per block its max and rescale.
 __device__ void attend_row(const unsigned short* __restrict__ qrow, unsigned short* __restrict__ orow,
                            const unsigned short* __restrict__ chunk, int chunk_rows,
@@ -148,6 +210,12 @@ __device__ void attend_row(const unsigned short* __restrict__ qrow, unsigned sho
     for (int j = tid; j < L; j += nt) p[j] = widen(bf16_rne(p[j]));
     __syncthreads();
 
+    __shared__ __align__(16) float scratch[PV_SCRATCH];
+    const bool aligned = ((((size_t)chunk) | ((size_t)ring) | ((size_t)latents)) & 15) == 0;
+    if (aligned && d >= 8 && d % 8 == 0 && nt % (d / 8) == 0 && nt * 8 <= PV_SCRATCH) {
+        pv_wide(keys, p, rescale, scratch, L, nblk, d, sum_exp, orow);
+        return;
+    }
     // Even d: a thread owns column pairs and keeps PV_AHEAD keys' values in flight; each column's adds keep the CPU's order.
     const int pairs = (d % 2 == 0) ? d / 2 : 0;
     const int groups = (L + PV_AHEAD - 1) / PV_AHEAD;

@@ -36,8 +36,8 @@ pub struct KeyRows<'a> {
 const ATTN_THREADS: u32 = 256;
 /// Keys per online-softmax block, as `attn::sparse::BLOCK`.
 const BLOCK: usize = crate::attn::sparse::BLOCK;
-/// Shared memory a launch may use without opting in.
-const SMEM_LIMIT: usize = 48 * 1024;
+/// Dynamic shared memory a launch may use without opting in: 48 KiB less the kernel's static `scratch` (PV_SCRATCH floats) and `sum_exp`.
+const SMEM_LIMIT: usize = 48 * 1024 - 2048 * 4 - 16;
 
 /// One lane's share of `sparse_attn_rows`: its rows' keys and key-id lists, as `sparse_attn` takes them.
 pub struct LaneKeys<'a> {
