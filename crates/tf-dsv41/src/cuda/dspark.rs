@@ -12,13 +12,15 @@ use crate::plan::Part;
 use tf_core::bf16;
 use tf_cuda::{Error, Gpu};
 
-/// The DSpark stages and heads on the GPU; the Markov table and confidence head stay on the host, read a row at a time.
+/// The DSpark stages and heads on the GPU; the confidence head stays on the host, with a host copy of the Markov table for it.
 pub struct GDSpark {
     pub stages: Vec<GBlock>,
     main_proj: Lin8,
     main_norm: Buf,
     norm: Buf,
     markov_embed: Vec<bf16>,
+    /// The Markov table on the device, so a draft picks its tokens without a host round trip.
+    markov_table: Buf,
     markov_head: Mat,
     confidence: Dense,
     rank: usize,
@@ -38,6 +40,7 @@ impl GDSpark {
             main_norm: upload_bf16(gpu, &ds.main_norm)?,
             norm: upload_bf16(gpu, &ds.norm)?,
             markov_head: Mat::upload(gpu, &ds.markov_head)?,
+            markov_table: upload_bf16(gpu, &ds.markov_embed)?,
             markov_embed: ds.markov_embed,
             confidence: ds.confidence,
             rank: ds.rank,
@@ -48,20 +51,23 @@ impl GDSpark {
 impl GDSpark {
     /// Random heads around synthetic stages for flash-shaped benches; the host-side Markov table and confidence head come from `seed`.
     pub(crate) fn synthetic(
+        gpu: &'static Gpu,
         stages: Vec<GBlock>,
         main_proj: Lin8,
         (main_norm, norm): (Buf, Buf),
         markov_head: Mat,
         cfg: &crate::Config,
         seed: u64,
-    ) -> GDSpark {
+    ) -> Result<GDSpark, Error> {
         let (rank, dim) = (cfg.dspark_markov_rank, cfg.dim);
         let mut rng = tf_core::rng::SplitMix64::new(seed);
         let mut uniform = |a: f32| ((rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a;
-        let markov_embed = (0..cfg.vocab_size * rank).map(|_| tf_core::formats::to_bf16(uniform(1.0))).collect();
+        let markov_embed: Vec<bf16> =
+            (0..cfg.vocab_size * rank).map(|_| tf_core::formats::to_bf16(uniform(1.0))).collect();
         let a = (3.0 / (dim + rank) as f32).sqrt();
         let confidence = Dense { out: 1, inp: dim + rank, w: (0..dim + rank).map(|_| uniform(a)).collect() };
-        GDSpark { stages, main_proj, main_norm, norm, markov_embed, markov_head, confidence, rank }
+        let markov_table = upload_bf16(gpu, &markov_embed)?;
+        Ok(GDSpark { stages, main_proj, main_norm, norm, markov_embed, markov_table, markov_head, confidence, rank })
     }
 }
 
@@ -169,19 +175,19 @@ impl GpuModel {
             for stage in &ds.stages {
                 self.block(stage, &mut s, &mut parts)?;
             }
-            let (hc, dim, vocab, rank) = (cfg.hc_mult, cfg.dim, cfg.vocab_size, ds.rank);
+            let (hc, dim, rank) = (cfg.hc_mult, cfg.dim, ds.rank);
             let mut y = self.gpu.pool().take(block * dim * 2)?;
             ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut y.view_mut(), (block, hc, dim))?;
             let normed = self.norm(&y, &ds.norm, block, dim)?;
-            let logits = self.vocab_rows(&self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, block, 1)?, block)?;
+            let local = self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, block, 1)?;
+            let out = match &self.vocab {
+                None => self.markov_device(ds, &local, next, block)?,
+                Some(_) => self.markov_host(ds, &self.vocab_rows(&local, block)?, next, block)?,
+            };
             let y: Vec<u16> = self.gpu.download(&y)?;
-            let (mut out, mut confidence) = (vec![next], Vec::with_capacity(block));
+            let mut confidence = Vec::with_capacity(block);
             for i in 0..block {
                 let e = &ds.markov_embed[out[i] as usize * rank..(out[i] as usize + 1) * rank];
-                let eb = self.gpu.upload_exact(&e.iter().map(|v| v.to_bits()).collect::<Vec<u16>>())?;
-                let bias = self.vocab_rows(&ds.markov_head.forward(self.gpu, &eb, Io::Bf16, Io::F32, 1, 1)?, 1)?;
-                let row: Vec<f32> = logits[i * vocab..(i + 1) * vocab].iter().zip(&bias).map(|(a, b)| a + b).collect();
-                out.push(tf_core::ops::argmax(&row));
                 let cat: Vec<f32> = y[i * dim..(i + 1) * dim]
                     .iter()
                     .map(|&b| bf16::from_bits(b).to_f32())
@@ -192,5 +198,42 @@ impl GpuModel {
             Ok(Drafts { tokens: out[1..].to_vec(), confidence })
         };
         Ok(run()?)
+    }
+
+    /// `[next, d1..d_block]`: each draft the argmax of its row's logits plus the Markov head of the token before, on the device, read back once.
+    fn markov_device(&self, ds: &GDSpark, logits: &Buf, next: u32, block: usize) -> Result<Vec<u32>, Error> {
+        let (gpu, vocab, rank) = (self.gpu, self.cfg().vocab_size, ds.rank);
+        let mut toks = gpu.upload(&vec![next as i32; block + 1])?;
+        for i in 0..block {
+            let mut e = gpu.pool().take(rank * 2)?;
+            ops::embed_rows(
+                gpu,
+                &toks.view().slice(i * 4..(i + 1) * 4),
+                &ds.markov_table.view(),
+                &mut e.view_mut(),
+                1,
+                rank,
+                1,
+            )?;
+            let bias = ds.markov_head.forward(gpu, &e, Io::Bf16, Io::F32, 1, 1)?;
+            let row = logits.view().slice(i * vocab * 4..(i + 1) * vocab * 4);
+            let mut pick = toks.view_mut();
+            ops::argmax_sum(gpu, &row, &bias.view(), &mut pick.slice_mut((i + 1) * 4..(i + 2) * 4), vocab)?;
+        }
+        Ok(gpu.download::<i32>(&toks)?.into_iter().map(|t| t as u32).collect())
+    }
+
+    /// As `markov_device` from logits on the host (a vocabulary split across ranks), a round trip per draft.
+    fn markov_host(&self, ds: &GDSpark, logits: &[f32], next: u32, block: usize) -> Result<Vec<u32>, Error> {
+        let (vocab, rank) = (self.cfg().vocab_size, ds.rank);
+        let mut out = vec![next];
+        for i in 0..block {
+            let e = &ds.markov_embed[out[i] as usize * rank..(out[i] as usize + 1) * rank];
+            let eb = self.gpu.upload_exact(&e.iter().map(|v| v.to_bits()).collect::<Vec<u16>>())?;
+            let bias = self.vocab_rows(&ds.markov_head.forward(self.gpu, &eb, Io::Bf16, Io::F32, 1, 1)?, 1)?;
+            let row: Vec<f32> = logits[i * vocab..(i + 1) * vocab].iter().zip(&bias).map(|(a, b)| a + b).collect();
+            out.push(tf_core::ops::argmax(&row));
+        }
+        Ok(out)
     }
 }

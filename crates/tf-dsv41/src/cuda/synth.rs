@@ -242,7 +242,7 @@ impl GpuModel {
             let main_proj = g.lin8(dim, dim * cfg.dspark_target_layer_ids.len())?;
             let norms = (g.norm(dim)?, g.norm(dim)?);
             let markov_head = g.mat(cfg.vocab_size, cfg.dspark_markov_rank, Sum::Lanes8)?;
-            Some(super::dspark::GDSpark::synthetic(stages, main_proj, norms, markov_head, &cfg, g.next_seed()))
+            Some(super::dspark::GDSpark::synthetic(gpu, stages, main_proj, norms, markov_head, &cfg, g.next_seed())?)
         };
         let embed = g.uniform(cfg.vocab_size * dim, -1.0, 1.0, true)?;
         let norm = g.norm(dim)?;

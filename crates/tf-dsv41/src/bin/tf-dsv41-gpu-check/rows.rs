@@ -1,4 +1,4 @@
-//! `embed_rows` and `scatter_rows` against plain host copies: exact, as they move bits.
+//! `embed_rows`, `scatter_rows` and `argmax_sum` against plain host copies and `tf_core::ops::argmax`: exact.
 
 use crate::util::{bf16s, download_bf16, poisoned_bf16};
 use tf_core::rng::SplitMix64;
@@ -33,5 +33,34 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
     ops::scatter_rows(gpu, &sd.view(), &mut dst.view_mut(), &sl.view(), (rows, width * 2, ring))?;
     let got = download_bf16(gpu, &dst)?;
     report.row("scatter_rows", format!("{rows} rows into {ring} slots, one skipped"), "bit-exact scatter", got == want);
+    argmax_cases(gpu, rng, report)
+}
+
+/// The device pick equals `tf_core::ops::argmax` of the f32 sums: random rows, ties, NaN at the top, rows of -inf.
+fn argmax_cases(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
+    let mut normal = |n: usize| crate::util::normals(rng, n, 3.0);
+    let (big, small) = (normal(129_280), normal(129_280));
+    let mut tie = normal(5000);
+    tie[4321] = 50.0;
+    tie[1234] = 50.0;
+    let mut nan_top = normal(3000);
+    nan_top[7] = f32::NAN;
+    nan_top[2999] = 40.0;
+    let mut inf_nan = vec![f32::NEG_INFINITY; 2048];
+    inf_nan[0] = f32::NAN;
+    let cases: Vec<(&str, Vec<f32>, Vec<f32>)> = vec![
+        ("129,280 random pairs", big, small),
+        ("a planted tie at 1,234 and 4,321", tie, vec![0.0; 5000]),
+        ("NaN beside the top", nan_top, vec![0.0; 3000]),
+        ("NaN then -inf only", inf_nan, vec![0.0; 2048]),
+        ("one value", vec![-3.0], vec![1.0]),
+    ];
+    for (name, a, b) in cases {
+        let want = tf_core::ops::argmax(&a.iter().zip(&b).map(|(x, y)| x + y).collect::<Vec<f32>>());
+        let (ad, bd, mut out) = (gpu.upload(&a)?, gpu.upload(&b)?, gpu.upload(&[-7i32])?);
+        ops::argmax_sum(gpu, &ad.view(), &bd.view(), &mut out.view_mut(), a.len())?;
+        let got = gpu.download::<i32>(&out)?[0];
+        report.row("argmax_sum", name.to_string(), format!("{got} (CPU {want})"), got == want as i32);
+    }
     Ok(())
 }

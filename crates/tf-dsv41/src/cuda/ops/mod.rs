@@ -25,7 +25,7 @@ pub use mhc::{hc_mean, hc_mixes, hc_post, hc_pre};
 pub use moe::{moe_combine, moe_combine_joined, moe_with_shared, route, swiglu};
 pub use norm::rms_norm;
 pub use rope::{rope, rope_table};
-pub use rows::{embed_rows, scatter_rows, scatter_rows_into};
+pub use rows::{argmax_sum, embed_rows, scatter_rows, scatter_rows_into};
 
 use cudarc::driver::{CudaView, CudaViewMut};
 use tf_cuda::Error;

@@ -1,4 +1,4 @@
-//! `embed_rows` and `scatter_rows`: moving whole rows, no arithmetic.
+//! `embed_rows`, `scatter_rows` and `argmax_sum`: moving whole rows, and the argmax pick of one.
 
 use super::{In, Out, bytes, grid1, int, need};
 use crate::cuda::kernels::ROWS;
@@ -98,5 +98,20 @@ pub fn scatter_rows_into(
     launch.arg(src).arg(&table).arg(&words);
     // SAFETY: arguments match `scatter_rows_to(const u32*, const u64*, int)`; every address in the table is a checked row of a destination.
     unsafe { launch.launch(grid1(rows, 128)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+    Ok(())
+}
+
+/// `out[0] = argmax(a + b)` over `n` f32 pairs, `tf_core::ops::argmax`'s pick (the first maximum) of the f32 sums, as an i32 on the device.
+pub fn argmax_sum(gpu: &Gpu, a: &In<'_>, b: &In<'_>, out: &mut Out<'_>, n: usize) -> Result<(), Error> {
+    const OP: &str = "argmax_sum";
+    need(OP, "a", a.len(), bytes(OP, &[n, 4])?)?;
+    need(OP, "b", b.len(), bytes(OP, &[n, 4])?)?;
+    need(OP, "out", out.len(), 4)?;
+    let f = gpu.function(&ROWS.spec(&[]), OP)?;
+    let n_i = int(OP, "n", n)?;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(a).arg(b).arg(out).arg(&n_i);
+    // SAFETY: arguments match `argmax_sum(const f32*, const f32*, int*, int)`; sizes checked above.
+    unsafe { launch.launch(grid1(1, 1024)) }.doing(|| format!("launching {OP} over {n} values"))?;
     Ok(())
 }
