@@ -36,8 +36,10 @@ pub struct KeyRows<'a> {
 const ATTN_THREADS: u32 = 256;
 /// Keys per online-softmax block, as `attn::sparse::BLOCK`.
 const BLOCK: usize = crate::attn::sparse::BLOCK;
-/// Dynamic shared memory a launch may use without opting in: 48 KiB less the kernel's static `scratch` (PV_SCRATCH floats) and `sum_exp`.
-const SMEM_LIMIT: usize = 48 * 1024 - 2048 * 4 - 16;
+/// `PV_SCRATCH` in `kernels/attn.cu`: floats of the kernel's static p·v scratch.
+const PV_SCRATCH: usize = 2048;
+/// Dynamic shared memory a launch may use without opting in: 48 KiB less the static `scratch` and `sum_exp`.
+const SMEM_LIMIT: usize = 48 * 1024 - PV_SCRATCH * 4 - 16;
 
 /// One lane's share of `sparse_attn_rows`: its rows' keys and key-id lists, as `sparse_attn` takes them.
 pub struct LaneKeys<'a> {
