@@ -331,3 +331,120 @@ fp8_gemv_split(const u8* __restrict__ w, const void* __restrict__ wscale, const 
         if (nb + o < n) y[(size_t)r * n + nb + o] = acc;
     }
 }
+
+// Wide kernel knobs: outputs per block (the launcher picks 2, 4 or 8 so small N still fills the SMs) and 32-byte units a thread loads per burst.
+#ifndef FP8W_OUTS
+#define FP8W_OUTS 8
+#endif
+#ifndef FP8W_BURST
+#define FP8W_BURST 4
+#endif
+static_assert(FP8W_OUTS >= 1 && FP8W_OUTS * FP8_ROWS <= 256, "FP8W_OUTS × FP8_ROWS: one summing thread per (output, row)");
+
+namespace {
+constexpr int WO = FP8W_OUTS, WB = FP8W_BURST, WTHREADS = 256;
+constexpr int XPAD = 36;  // f32 per staged 32-block: 8 threads reading 16 B at this stride cover the 32 banks once
+}  // namespace
+
+// Same block terms as fp8_gemv; a block owns WO outputs over all of K. Thread t forms the terms of 32-byte units t, t+256, …
+// (unit u = output u / KB, block u % KB: a warp reads 1 KiB of a row), after staging the activations as f32 in shared
+// memory; then thread q = o·R + r adds its (output, row)'s KB terms in K order. Dynamic smem: R·KB·36 f32 + WO·R·(KB+1) f32.
+extern "C" __global__ void __launch_bounds__(WTHREADS)
+fp8_gemv_wide(const u8* __restrict__ w, const void* __restrict__ wscale, const u8* __restrict__ xq,
+              const float* __restrict__ xscale, float* __restrict__ y, int n, int k) {
+    extern __shared__ __align__(16) float wsm[];
+    const int kb_total = k / 32, units = WO * kb_total, tpad = kb_total + 1;
+    float* xf = wsm;
+    float* terms = wsm + R * kb_total * XPAD;
+    const int n0 = blockIdx.x * WO;
+    uint4 wv[WB][2];
+    // Every unit of a burst is requested before the first is used; units past the block's outputs or N load nothing.
+    auto fetch = [&](int u0) {
+#pragma unroll
+        for (int b = 0; b < WB; ++b) {
+            const int u = u0 + b * WTHREADS;
+            const int o = u / kb_total, kb = u % kb_total;
+            const bool ok = u < units && n0 + o < n;
+            const u8* p = w + (size_t)(ok ? n0 + o : 0) * k + (size_t)(ok ? kb : 0) * 32;
+            wv[b][0] = ok ? ld_stream16(p) : make_uint4(0, 0, 0, 0);
+            wv[b][1] = ok ? ld_stream16(p + 16) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    fetch(threadIdx.x);
+    for (int i = threadIdx.x; i < R * k / 4; i += WTHREADS) {
+        const u32 q = __ldg(reinterpret_cast<const u32*>(xq) + i);
+        float w8[8];
+        decode8_cvt(q, 0u, w8);
+        // Word i holds elements 4i..4i+3 of the R×K codes: 32-block i / 8 (row-major over rows), quarter i % 8.
+        *reinterpret_cast<float4*>(xf + (i / 8) * XPAD + (i % 8) * 4) = make_float4(w8[0], w8[1], w8[2], w8[3]);
+    }
+    __syncthreads();
+    for (int u0 = threadIdx.x; u0 < units; u0 += WB * WTHREADS) {
+#pragma unroll
+        for (int b = 0; b < WB; ++b) {
+            const int u = u0 + b * WTHREADS;
+            if (u >= units) break;
+            const int o = u / kb_total, kb = u % kb_total;
+            const int sc = (min(n0 + o, n - 1) / 32) * kb_total + kb;
+#if FP8_WSCALE_F32
+            const float sw = __ldg(reinterpret_cast<const float*>(wscale) + sc);
+#else
+            const float sw = e8m0_to_f32(__ldg(reinterpret_cast<const u8*>(wscale) + sc));
+#endif
+            const u32 words[8] = {wv[b][0].x, wv[b][0].y, wv[b][0].z, wv[b][0].w,
+                                  wv[b][1].x, wv[b][1].y, wv[b][1].z, wv[b][1].w};
+            float v[R][8];
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int l = 0; l < 8; ++l) v[r][l] = 0.0f;
+            u32 nan = 0;
+            // The reference's eight lanes: lane l sums elements l, l+8, l+16, l+24; each product is exact, so fma = add.
+#pragma unroll
+            for (int g = 0; g < 4; ++g) {
+                float wf[8];
+                decode8(words[2 * g], words[2 * g + 1], wf, nan);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const float* xp = xf + (r * kb_total + kb) * XPAD + g * 8;
+                    const float4 xa = *reinterpret_cast<const float4*>(xp), xb = *reinterpret_cast<const float4*>(xp + 4);
+                    const float xs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                    for (int l = 0; l < 8; ++l) v[r][l] = __fmaf_rn(xs[l], wf[l], v[r][l]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const float (&a)[8] = v[r];
+                float p = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
+                                    __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
+                p = nan ? __uint_as_float(0x7FC00000u) : p;
+                const float sx = __ldg(xscale + r * kb_total + kb);
+                terms[(o * R + r) * tpad + kb] = __fmul_rn(__fmul_rn(p, sx), sw);
+            }
+        }
+        if (u0 + WB * WTHREADS < units) fetch(u0 + WB * WTHREADS);
+    }
+    __syncthreads();
+    // Thread q adds its KB terms one by one in K order from +0, as the reference's `acc +=`; loads run 8 ahead.
+    const int q = threadIdx.x;
+    if (q < WO * R && n0 + q / R < n) {
+        const float* tr = terms + q * tpad;
+        float acc = 0.0f, ahead[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ahead[j] = j < kb_total ? tr[j] : 0.0f;
+        int kb = 0;
+        for (; kb + 8 <= kb_total; kb += 8) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float a = ahead[j];
+                if (kb + 8 + j < kb_total) ahead[j] = tr[kb + 8 + j];
+                acc = __fadd_rn(acc, a);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            if (kb + j < kb_total) acc = __fadd_rn(acc, ahead[j]);
+        y[(size_t)(q % R) * n + n0 + q / R] = acc;
+    }
+}

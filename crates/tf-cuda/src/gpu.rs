@@ -68,6 +68,7 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     arch: Arch,
     ordinal: usize,
+    sm_count: usize,
     nvrtc: &'static Nvrtc,
     cache_dir: PathBuf,
     modules: Mutex<HashMap<String, Arc<CudaModule>>>,
@@ -101,6 +102,8 @@ impl Gpu {
             Error::UnsupportedGpu { ordinal, name, major, minor, known: known.join(", ") }
         })?;
         let nvrtc = Nvrtc::load(nvrtc_dirs)?;
+        let sms = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+        let sm_count = ctx.attribute(sms).doing(|| format!("reading GPU {ordinal}'s SM count"))?.max(1) as usize;
         // SAFETY: every buffer is allocated, used and freed on the one stream below, so stream order is the only order needed.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().doing(|| format!("creating a stream on GPU {ordinal}"))?;
@@ -110,6 +113,7 @@ impl Gpu {
             stream,
             arch,
             ordinal,
+            sm_count,
             nvrtc,
             cache_dir,
             modules: Mutex::default(),
@@ -123,6 +127,11 @@ impl Gpu {
 
     pub fn arch(&self) -> Arch {
         self.arch
+    }
+
+    /// Streaming multiprocessors, read once at open: launchers size grids by it.
+    pub fn sm_count(&self) -> usize {
+        self.sm_count
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {

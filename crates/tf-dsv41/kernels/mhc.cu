@@ -31,8 +31,22 @@ template <int LANES>
 __device__ __forceinline__ float hc_chain(const float* __restrict__ p, int len, float acc) {
     const int t = threadIdx.x;
     if (len == HC_DOT_COLS) {
-#pragma unroll 16
-        for (int j = t; j < HC_DOT_COLS; j += LANES) acc = __fadd_rn(acc, p[j]);
+        // A full pass: each load is issued 16 adds before its value is needed, so the adds run back to back.
+        constexpr int N = HC_DOT_COLS / LANES, A = 16;
+        static_assert(N % A == 0, "a full pass is whole groups of 16 loads");
+        float buf[A];
+#pragma unroll
+        for (int j = 0; j < A; ++j) buf[j] = p[t + j * LANES];
+        for (int q = 0; q < N - A; q += A) {
+#pragma unroll
+            for (int j = 0; j < A; ++j) {
+                const float a = buf[j];
+                buf[j] = p[t + (q + A + j) * LANES];
+                acc = __fadd_rn(acc, a);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < A; ++j) acc = __fadd_rn(acc, buf[j]);
     } else {
         for (int j = t; j < len; j += LANES) acc = __fadd_rn(acc, p[j]);
     }
@@ -147,6 +161,44 @@ hc_sinkhorn(float* __restrict__ mix, const float* __restrict__ ss, const float* 
         }
         if (t < n) v = v / (line_sum(c, j, hc, hc) + eps);
         publish(c, t, n, v);
+    }
+    if (t < hc) {
+        m[t] = pre;
+        m[hc + t] = post;
+    }
+    if (t < n) m[2 * hc + t] = v;
+}
+
+// Σ of the hc entries lane `at`, `at + step`, … hold, in order from -0.0: line_sum over a warp's registers.
+__device__ __forceinline__ float warp_line_sum(float v, int at, int step, int hc) {
+    float s = -0.0f;
+    for (int q = 0; q < hc; ++q) s += __shfl_sync(0xffffffffu, v, at + q * step);
+    return s;
+}
+
+// hc_sinkhorn for hc² ≤ 32: a warp per row, lane i·hc+j owns comb[i][j] and reads its row and column by shuffles; the same sums in the same order, no block barriers.
+extern "C" __global__ void __launch_bounds__(32)
+hc_sinkhorn_warp(float* __restrict__ mix, const float* __restrict__ ss, const float* __restrict__ scale,
+                 const float* __restrict__ base, int rows, int hc, int width, int iters, float norm_eps, float eps) {
+    const int r = blockIdx.x, t = threadIdx.x, n = hc * hc;
+    if (r >= rows) return;
+    float* m = mix + (size_t)r * (2 + hc) * hc;
+    const float rsqrt = 1.0f / sqrtf(ss[r] / (float)width + norm_eps);
+    const int i = t / hc, j = t % hc;
+    float pre = 0.0f, post = 0.0f;
+    if (t < hc) {
+        pre = sigmoid(m[t] * rsqrt * scale[0] + base[t]) + eps;
+        post = 2.0f * sigmoid(m[hc + t] * rsqrt * scale[1] + base[hc + t]);
+    }
+    float v = t < n ? m[2 * hc + t] * rsqrt * scale[2] + base[2 * hc + t] : 0.0f;
+    float mx = __uint_as_float(0xff800000u);
+    for (int q = 0; q < hc; ++q) mx = fmaxf(mx, __shfl_sync(0xffffffffu, v, i * hc + q));
+    if (t < n) v = exp_rn(v - mx);
+    v = v / warp_line_sum(v, i * hc, 1, hc) + eps;
+    for (int it = 0; it < max(iters, 1); ++it) {
+        // Columns after every row pass; from the second pass on, rows first (split_sinkhorn's loop).
+        if (it > 0) v = v / (warp_line_sum(v, i * hc, 1, hc) + eps);
+        v = v / (warp_line_sum(v, j, hc, hc) + eps);
     }
     if (t < hc) {
         m[t] = pre;

@@ -8,15 +8,23 @@ __device__ __forceinline__ int total_key(float v) {
     return b ^ (int)(((unsigned)(b >> 31)) >> 1);
 }
 
+// (key desc, id asc) as one u64 whose larger value ranks first: the biased score's total-order key, then the id inverted.
+__device__ __forceinline__ unsigned long long route_rank(int key, int e) {
+    return ((unsigned long long)((unsigned)key ^ 0x80000000u) << 32) | (unsigned)~e;
+}
+
 // Grid: one block per row; dynamic shared memory of 2·experts + topk words. The expert ranked k by (biased score desc, id asc) is ids[k]; weights come from the unbiased sqrt-softplus scores, normalized in rank order.
 extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
 moe_route(const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
           float* __restrict__ weights, int experts, int topk, int norm_topk, float route_scale) {
     extern __shared__ float smem[];
+    __shared__ unsigned long long warp_best[ROUTE_THREADS / 32];
+    __shared__ unsigned long long last;
     float* score = smem;
     int* key = (int*)(smem + experts);
     int* pick = key + experts;
     const float* lr = logits + (size_t)blockIdx.x * experts;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int e = threadIdx.x; e < experts; e += ROUTE_THREADS) {
         const float l = lr[e];
         const float s = sqrtf(l > 20.0f ? l : log1p_rn(exp_rn(l)));
@@ -24,14 +32,28 @@ moe_route(const float* __restrict__ logits, const float* __restrict__ bias, int*
         key[e] = total_key(s + bias[e]);
     }
     __syncthreads();
-    // Each expert's rank is how many come before it in the total order: no sort, and ties go to the lower id.
-    for (int e = threadIdx.x; e < experts; e += ROUTE_THREADS) {
-        const int k = key[e];
-        int rank = 0;
-        for (int j = 0; j < experts && rank < topk; ++j) rank += key[j] > k || (key[j] == k && j < e);
-        if (rank < topk) pick[rank] = e;
+    // Round k picks the best expert ranked below round k-1's pick: the order is total, so this is the k-th of a full sort.
+    for (int k = 0; k < topk && k < experts; ++k) {
+        const unsigned long long below = k == 0 ? 0ull : last;
+        unsigned long long best = 0ull;
+        for (int e = threadIdx.x; e < experts; e += ROUTE_THREADS) {
+            const unsigned long long r = route_rank(key[e], e);
+            if ((k == 0 || r < below) && r > best) best = r;
+        }
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) {
+            const unsigned long long o = __shfl_xor_sync(0xffffffffu, best, m);
+            best = o > best ? o : best;
+        }
+        if (lane == 0) warp_best[warp] = best;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < ROUTE_THREADS / 32; ++w) best = warp_best[w] > best ? warp_best[w] : best;
+            last = best;
+            pick[k] = (int)~(unsigned)(best & 0xffffffffull);
+        }
+        __syncthreads();
     }
-    __syncthreads();
     for (int k = threadIdx.x; k < topk; k += ROUTE_THREADS) {
         float w = score[pick[k]];
         if (norm_topk && topk > 1) {

@@ -54,6 +54,8 @@ pub enum Fp8Kernel {
     Split { outs: usize, unroll: usize, warps: usize },
     /// `fp8_gemm`: all rows in one launch, 64 rows × 64 outputs a block, each weight read once per 64 rows (prompts).
     Tiled,
+    /// `fp8_gemv_wide`: `outs` outputs a block over all of K, activations staged as f32, every 32-byte unit its own thread.
+    Wide { outs: usize },
 }
 
 impl Fp8Kernel {
@@ -63,6 +65,7 @@ impl Fp8Kernel {
             Fp8Kernel::Pipelined => "pipelined".into(),
             Fp8Kernel::Split { outs, unroll, warps } => format!("split o{outs} u{unroll} w{warps}"),
             Fp8Kernel::Tiled => "tiled".into(),
+            Fp8Kernel::Wide { outs } => format!("wide o{outs}"),
         }
     }
 }
@@ -71,6 +74,27 @@ impl Fp8Kernel {
 pub fn fp8_gemv_smem_bytes(rows: usize) -> usize {
     let (chunk, stages) = (CHUNK_BLOCKS * 32, stages(rows));
     stages * 32 * (chunk + 16) + stages * rows * chunk + rows * chunk * 4 + CHUNK_BLOCKS * rows * 32 * 4
+}
+
+/// Dynamic shared memory of one `fp8_gemv_wide` block: the staged activations (36 f32 a 32-block) and the terms.
+pub fn fp8_wide_smem_bytes(rows: usize, outs: usize, k: usize) -> usize {
+    let kb = k / 32;
+    (rows * kb * 36 + outs * rows * (kb + 1)) * 4
+}
+
+/// Shared memory up to which [`fp8_gemv`] takes the wide kernel (two blocks an SM still fit).
+const WIDE_SMEM: usize = 96 * 1024;
+
+/// The decode GEMV [`fp8_gemv`] runs: `wide` with the most outputs a block that still gives two blocks per SM, where
+/// its staged activations fit; `pipelined` past that; `tiled` from [`TILED_ROWS`] rows.
+pub fn fp8_default_kernel(gpu: &Gpu, (rows, n, k): (usize, usize, usize)) -> Fp8Kernel {
+    if rows >= TILED_ROWS {
+        return Fp8Kernel::Tiled;
+    }
+    let group = rows.min(FP8_MAX_ROWS);
+    let sms = gpu.sm_count();
+    let outs = [8, 4, 2].into_iter().find(|&o| n.div_ceil(o) >= 2 * sms).unwrap_or(2);
+    if fp8_wide_smem_bytes(group, outs, k) <= WIDE_SMEM { Fp8Kernel::Wide { outs } } else { Fp8Kernel::Pipelined }
 }
 
 /// Quantizes `rows × k` bf16 (`x`) to E4M3 `codes` (`rows × k` bytes) and f32 power-of-two `scales` (`rows × k/32`).
@@ -116,7 +140,7 @@ pub fn fp8_gemv(
     (rows, n, k): (usize, usize, usize),
     decode: Fp8Decode,
 ) -> Result<(), Error> {
-    let kernel = if rows >= TILED_ROWS { Fp8Kernel::Tiled } else { Fp8Kernel::Pipelined };
+    let kernel = fp8_default_kernel(gpu, (rows, n, k));
     fp8_gemv_with(gpu, w, wscale, scale_kind, codes, scales, y, (rows, n, k), decode, kernel)
 }
 
@@ -167,6 +191,18 @@ pub fn fp8_gemv_with(
                 (f, grid((n.div_ceil(32), 1), 256, smem))
             }
             Fp8Kernel::Tiled => unreachable!("tiled calls return above"),
+            Fp8Kernel::Wide { outs } => {
+                if ![1, 2, 4, 8].contains(&outs) {
+                    return Err(Error::Launch { op: OP, what: format!("bad wide kernel {kernel:?}") });
+                }
+                defines.push(("FP8W_OUTS", outs.to_string()));
+                let f = gpu.function(&kernels::FP8_GEMV.spec(&borrow(&defines)), "fp8_gemv_wide")?;
+                let smem = fp8_wide_smem_bytes(group, outs, k);
+                let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+                f.set_attribute(max_smem, smem as i32)
+                    .doing(|| format!("allowing {OP} (wide) {smem} bytes of shared memory"))?;
+                (f, grid((n.div_ceil(outs), 1), 256, smem))
+            }
             Fp8Kernel::Split { outs, unroll, warps } => {
                 if outs == 0 || outs * group > 32 || !(1..=8).contains(&unroll) || !(1..=32).contains(&warps) {
                     return Err(Error::Launch {

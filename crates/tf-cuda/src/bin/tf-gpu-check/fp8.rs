@@ -10,8 +10,9 @@ use tf_cuda::ops::{self, Fp8Decode, Fp8Kernel, WeightScale};
 use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu, PoolBuf};
 
-/// (rows, out, in): decode rows against model-sized weights, and a ragged case (out not a multiple of 32, K under a chunk).
-const SHAPES: [(usize, usize, usize); 4] = [(1, 4096, 4096), (4, 7168, 2048), (8, 5120, 2304), (3, 100, 160)];
+/// (rows, out, in): decode rows against model-sized weights (V4.1-Flash's kv and wo_b among them), and a ragged case (out not a multiple of 32, K under a chunk).
+const SHAPES: [(usize, usize, usize); 6] =
+    [(1, 4096, 4096), (4, 7168, 2048), (8, 5120, 2304), (3, 100, 160), (1, 512, 5120), (2, 5120, 8192)];
 /// Declared before measuring: 0, as exact E4M3 products go through qgemm_f32's eight-lane tree, `(p·sx)·sw` and K-order sum.
 const TOLERANCE_ABS: f32 = 0.0;
 
@@ -81,10 +82,11 @@ fn gemv_with(
     gpu.download(&y)
 }
 
-/// The kernels timed side by side: the pipelined baseline first, then split-K shapes (predictions in docs/perf-notes.md).
+/// The kernels timed side by side: the pipelined baseline first, then split-K and wide shapes (predictions in docs/perf-notes.md).
 fn kernels_for(rows: usize) -> Vec<Fp8Kernel> {
     let split = |outs, unroll| Fp8Kernel::Split { outs, unroll, warps: 4 };
-    let mut all = vec![Fp8Kernel::Pipelined, split(1, 4), split(1, 8), split(2, 2)];
+    let wide = |outs| Fp8Kernel::Wide { outs };
+    let mut all = vec![Fp8Kernel::Pipelined, split(1, 4), split(2, 2), wide(2), wide(4), wide(8)];
     // Four outputs per warp spill at 4+ rows (ptxas: 255 registers), so only for 1-2.
     if rows <= 2 {
         all.push(split(4, 1));
@@ -155,7 +157,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
             let result =
                 format!("{differ_k}/{} differ, {nan_k} NaN; row 0 alone {alone_k}, bits+f32 {bits_k}", want.len());
             let ok = differ_k == 0 && nan_k == 0 && alone_k && bits_k;
-            report.row("fp8_gemv split", format!("{case} {}", kernel.label()), result, ok);
+            report.row("fp8_gemv kernels", format!("{case} {}", kernel.label()), result, ok);
             split_ok.insert(kernel.label(), json!(ok));
         }
         let mut entry = json!({
@@ -164,7 +166,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
             "tolerance_abs": TOLERANCE_ABS, "pass": pass, "bits_decode_identical": bits, "f32_scales_identical": f32s,
             "row0_alone_identical": alone, "split_variants_exact": split_ok,
         });
-        if p.n >= 1024 {
+        if p.n >= 512 {
             let timing = time(gpu, &p, &d, copy_gbps, report)?;
             entry["timing"] = timing;
         }
