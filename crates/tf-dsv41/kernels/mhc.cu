@@ -53,15 +53,23 @@ __device__ __forceinline__ float hc_chain(const float* __restrict__ p, int len, 
     return acc;
 }
 
-// Grid (n + 1, rows), width % 4 == 0, x 8- and func 16-byte aligned: block (o < n, r) writes mix[r, o] = Σ x[r, i]·func[o, i] in matmul_nt's 8-lane order (element i to lane i % 8, then xor 4, 2, 1), block (n, r) ss[r] = Σ x[r, i]² in SumOrder::Lanes32. Every thread forms a pass's products into shared memory; warp 0 adds them while the next pass loads, so each output's dependent adds run on their own SM.
-extern "C" __global__ void __launch_bounds__(HC_DOT_THREADS)
-hc_dots(const unsigned short* __restrict__ x, const float* __restrict__ func, float* __restrict__ mix,
-        float* __restrict__ ss, int n, int width) {
+// Four weights as f32: one 16-byte load of f32, or one 8-byte load of bf16 widened.
+__device__ __forceinline__ float4 load_w4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 load_w4(const bf16_bits* p) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    return make_float4(widen((bf16_bits)(v.x & 0xffffu)), widen((bf16_bits)(v.x >> 16)), widen((bf16_bits)(v.y & 0xffffu)),
+                       widen((bf16_bits)(v.y >> 16)));
+}
+
+// Block (o < n, r) writes out[r, o] = Σ x[r, i]·w[o, i] in matmul_nt's 8-lane order (element i to lane i % 8, then xor 4, 2, 1); block (n, r) ss[r] = Σ x[r, i]² in SumOrder::Lanes32. Every thread forms a pass's products into shared memory; warp 0 adds them while the next pass loads, so each output's dependent adds run on their own SM.
+template <class W>
+__device__ __forceinline__ void row_dots(const unsigned short* __restrict__ x, const W* __restrict__ func,
+                                         float* __restrict__ mix, float* __restrict__ ss, int n, int width) {
     __shared__ __align__(16) float prod[2][HC_DOT_COLS];
     const int o = blockIdx.x, r = blockIdx.y, t = threadIdx.x;
     const bool squares = o == n;
     const unsigned short* xr = x + (size_t)r * width;
-    const float* wr = func + (size_t)(squares ? 0 : o) * width;
+    const W* wr = func + (size_t)(squares ? 0 : o) * width;
     const int passes = (width + HC_DOT_COLS - 1) / HC_DOT_COLS;
     float4 wv[4];
     uint2 xv[4];
@@ -72,7 +80,7 @@ hc_dots(const unsigned short* __restrict__ x, const float* __restrict__ func, fl
             const int c = pass * HC_DOT_COLS + 4 * (t + HC_DOT_THREADS * g);
             const bool in = c < width;
             xv[g] = in ? __ldg(reinterpret_cast<const uint2*>(xr + c)) : make_uint2(0u, 0u);
-            wv[g] = in && !squares ? __ldg(reinterpret_cast<const float4*>(wr + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            wv[g] = in && !squares ? load_w4(wr + c) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     };
     auto stage = [&](float* dst) {
@@ -109,6 +117,19 @@ hc_dots(const unsigned short* __restrict__ x, const float* __restrict__ func, fl
         for (int m = 4; m > 0; m >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, m));
         if (t == 0) mix[(size_t)r * n + o] = acc;
     }
+}
+
+// Grid (n + 1, rows), width % 4 == 0, x 8- and func 16-byte aligned: row_dots of the mHC mixes (f32 func) and each row's x².
+extern "C" __global__ void __launch_bounds__(HC_DOT_THREADS)
+hc_dots(const unsigned short* __restrict__ x, const float* __restrict__ func, float* __restrict__ mix,
+        float* __restrict__ ss, int n, int width) {
+    row_dots(x, func, mix, ss, n, width);
+}
+
+// Grid (n, rows), width % 4 == 0, x and w 8-byte aligned: y[r, o] = Σ x[r, i]·w[o, i] for bf16 w, dense's Lanes8 sums (the router).
+extern "C" __global__ void __launch_bounds__(HC_DOT_THREADS)
+dots_bf16(const unsigned short* __restrict__ x, const bf16_bits* __restrict__ w, float* __restrict__ y, int n, int width) {
+    row_dots(x, w, y, nullptr, n, width);
 }
 
 // Threads of a hc_sinkhorn block: one per comb element (hc ≤ MHC_MAX_HC).

@@ -1,7 +1,7 @@
 //! `dense`: x·Wᵀ of the bf16/f32 linears (router, compressor, indexer, grouped wo_a), f32 sums in a fixed order.
 
 use super::{In, Out, bytes, grid, int, need};
-use crate::cuda::kernels::DENSE;
+use crate::cuda::kernels::{DENSE, MHC};
 use cudarc::driver::{DevicePtr, PushKernelArg};
 use tf_core::ops::SumOrder;
 use tf_cuda::error::DriverResultExt;
@@ -97,6 +97,34 @@ pub(crate) fn aligned16(gpu: &Gpu, v: &In<'_>) -> bool {
     ptr.is_multiple_of(16)
 }
 
+/// Threads of a `dots_bf16` block (kernels/mhc.cu HC_DOT_THREADS).
+const DOT_THREADS: u32 = 256;
+
+/// Whether a call takes `dots_bf16` (a block per output and row, the same Lanes8 sums): few bf16 outputs of f32, as the router.
+#[allow(clippy::too_many_arguments)]
+fn dots_fit(
+    gpu: &Gpu,
+    (x, x_io): (&In<'_>, Io),
+    (w, w_io): (&In<'_>, Io),
+    y_io: Io,
+    squares: bool,
+    (rows, n, k): (usize, usize, usize),
+    groups: usize,
+    order: Sum,
+) -> bool {
+    (x_io, w_io, y_io, order) == (Io::Bf16, Io::Bf16, Io::F32, Sum::Lanes8)
+        && !squares
+        && groups == 1
+        && rows <= ROWS
+        && n <= DOT_OUTPUTS
+        && k.is_multiple_of(4)
+        && aligned16(gpu, x)
+        && aligned16(gpu, w)
+}
+
+/// Outputs up to which `dots_bf16` runs (the router's 384); the head's 129,280 stay on the tiled path, already at copy speed.
+const DOT_OUTPUTS: usize = 1024;
+
 #[allow(clippy::too_many_arguments)]
 fn launch(
     gpu: &Gpu,
@@ -117,6 +145,16 @@ fn launch(
     need(OP, "y", y.len(), bytes(OP, &[rows, n, y_io.width()])?)?;
     if rows == 0 || n == 0 {
         return Ok(true);
+    }
+    if dots_fit(gpu, (x, x_io), (w, w_io), y_io, ss.is_some(), (rows, n, k), groups, order) {
+        let f = gpu.function(&MHC.spec(&[]), "dots_bf16")?;
+        let (n_i, k_i) = (int(OP, "n", n)?, int(OP, "k", k)?);
+        let mut launch = gpu.stream().launch_builder(&f);
+        launch.arg(x).arg(w).arg(y).arg(&n_i).arg(&k_i);
+        // SAFETY: arguments match `dots_bf16(const u16*, const u16*, f32*, int, int)`; sizes and alignment checked.
+        unsafe { launch.launch(grid((n, rows), DOT_THREADS, 0)) }
+            .doing(|| format!("launching dots_bf16 on {rows} rows × {n} outputs × {k}"))?;
+        return Ok(false);
     }
     let lanes = if order == Sum::Lanes8 { 8 } else { 1 };
     // The tiled path stages one group's x per block in 16-byte loads: no block straddles two groups, rows are whole vectors.
