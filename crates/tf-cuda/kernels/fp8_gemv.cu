@@ -339,10 +339,21 @@ fp8_gemv_split(const u8* __restrict__ w, const void* __restrict__ wscale, const 
 #ifndef FP8W_BURST
 #define FP8W_BURST 4
 #endif
+// 1: y is bf16, each sum rounded to nearest even as tf_core's to_bf16 (a linear's bf16 output without a second launch).
+#ifndef FP8W_BF16
+#define FP8W_BF16 0
+#endif
 static_assert(FP8W_OUTS >= 1 && FP8W_OUTS * FP8_ROWS <= 256, "FP8W_OUTS × FP8_ROWS: one summing thread per (output, row)");
 
 namespace {
 constexpr int WO = FP8W_OUTS, WB = FP8W_BURST, WTHREADS = 256;
+
+// f32 -> bf16 bits as tf_core::formats::to_bf16: nearest even; a NaN keeps its sign and payload and turns quiet.
+__device__ __forceinline__ u16 bf16_rne(float x) {
+    const u32 b = __float_as_uint(x);
+    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (u16)((b >> 16) | 0x40u);
+    return (u16)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
 constexpr int XPAD = 36;  // f32 per staged 32-block: 8 threads reading 16 B at this stride cover the 32 banks once
 }  // namespace
 
@@ -445,6 +456,10 @@ fp8_gemv_wide(const u8* __restrict__ w, const void* __restrict__ wscale, const u
 #pragma unroll
         for (int j = 0; j < 8; ++j)
             if (kb + j < kb_total) acc = __fadd_rn(acc, ahead[j]);
+#if FP8W_BF16
+        reinterpret_cast<u16*>(y)[(size_t)(q % R) * n + n0 + q / R] = bf16_rne(acc);
+#else
         y[(size_t)(q % R) * n + n0 + q / R] = acc;
+#endif
     }
 }

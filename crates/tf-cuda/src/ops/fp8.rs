@@ -157,9 +157,42 @@ pub fn fp8_gemv_with(
     codes: &PoolBuf<'_>,
     scales: &PoolBuf<'_>,
     y: &mut PoolBuf<'_>,
+    dims: (usize, usize, usize),
+    decode: Fp8Decode,
+    kernel: Fp8Kernel,
+) -> Result<(), Error> {
+    gemv_launch(gpu, (w, wscale, scale_kind), (codes, scales), y, dims, decode, kernel, false)
+}
+
+/// `y` bf16 `[rows, n]` = [`fp8_gemv`]'s sums rounded to bf16 in the same launch, by `fp8_gemv_wide` (`kernel` must be
+/// `Wide`, as [`fp8_default_kernel`] picks below 64 rows where the activations fit).
+#[allow(clippy::too_many_arguments)]
+pub fn fp8_gemv_bf16(
+    gpu: &Gpu,
+    w: &PoolBuf<'_>,
+    (wscale, scale_kind): (&PoolBuf<'_>, WeightScale),
+    codes: &PoolBuf<'_>,
+    scales: &PoolBuf<'_>,
+    y: &mut PoolBuf<'_>,
+    dims: (usize, usize, usize),
+    kernel: Fp8Kernel,
+) -> Result<(), Error> {
+    if !matches!(kernel, Fp8Kernel::Wide { .. }) {
+        return Err(Error::Launch { op: "fp8_gemv", what: format!("bf16 output needs the wide kernel, not {kernel:?}") });
+    }
+    gemv_launch(gpu, (w, wscale, scale_kind), (codes, scales), y, dims, Fp8Decode::Hardware, kernel, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gemv_launch(
+    gpu: &Gpu,
+    (w, wscale, scale_kind): (&PoolBuf<'_>, &PoolBuf<'_>, WeightScale),
+    (codes, scales): (&PoolBuf<'_>, &PoolBuf<'_>),
+    y: &mut PoolBuf<'_>,
     (rows, n, k): (usize, usize, usize),
     decode: Fp8Decode,
     kernel: Fp8Kernel,
+    bf16_out: bool,
 ) -> Result<(), Error> {
     const OP: &str = "fp8_gemv";
     if !k.is_multiple_of(32) {
@@ -170,7 +203,8 @@ pub fn fp8_gemv_with(
     check_len(OP, "wscale", wscale, n.div_ceil(32) * (k / 32) * scale_kind.bytes())?;
     check_len(OP, "codes", codes, rows.checked_mul(k).ok_or_else(|| big("rows×k"))?)?;
     check_len(OP, "scales", scales, rows * (k / 32) * 4)?;
-    check_len(OP, "y", y, rows.checked_mul(n).and_then(|v| v.checked_mul(4)).ok_or_else(|| big("rows×n"))?)?;
+    let y_width = if bf16_out { 2 } else { 4 };
+    check_len(OP, "y", y, rows.checked_mul(n).and_then(|v| v.checked_mul(y_width)).ok_or_else(|| big("rows×n"))?)?;
     if kernel == Fp8Kernel::Tiled {
         return fp8_gemm(gpu, (w, wscale, scale_kind), (codes, scales), y, (rows, n, k));
     }
@@ -196,6 +230,7 @@ pub fn fp8_gemv_with(
                     return Err(Error::Launch { op: OP, what: format!("bad wide kernel {kernel:?}") });
                 }
                 defines.push(("FP8W_OUTS", outs.to_string()));
+                defines.push(("FP8W_BF16", u8::from(bf16_out).to_string()));
                 let f = gpu.function(&kernels::FP8_GEMV.spec(&borrow(&defines)), "fp8_gemv_wide")?;
                 let smem = fp8_wide_smem_bytes(group, outs, k);
                 let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -217,7 +252,7 @@ pub fn fp8_gemv_with(
             }
         };
         let (xq, xs) = (codes.dev().slice(r0 * k..), scales.dev().slice(r0 * (k / 32) * 4..));
-        let mut out = y.dev_mut().slice_mut(r0 * n * 4..);
+        let mut out = y.dev_mut().slice_mut(r0 * n * y_width..);
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(w.dev()).arg(wscale.dev()).arg(&xq).arg(&xs).arg(&mut out).arg(&n_i).arg(&k_i);
         // SAFETY: arguments match `fp8_gemv(const u8*, const void*, const u8*, const float*, float*, int, int)`, extents checked.

@@ -7,7 +7,7 @@ use std::cell::OnceCell;
 use tf_core::bf16;
 use tf_core::formats::to_bf16;
 use tf_core::ops::qgemm::Fp8Weight;
-use tf_cuda::ops::{Fp8Decode, WeightScale, act_quant_fp8, fp8_gemv};
+use tf_cuda::ops::{Fp8Decode, Fp8Kernel, WeightScale, act_quant_fp8, fp8_default_kernel, fp8_gemv, fp8_gemv_bf16};
 use tf_cuda::{Error, Gpu, PoolBuf};
 use tf_exl3::Fp4Weight;
 use tf_exl3::cuda::{FP4_MAX_ROWS, Fp4Experts, RoutedActs, fp4_gemv_routed};
@@ -113,6 +113,17 @@ impl Lin8 {
 
     /// bf16 `[rows, n]` (the CPU's `forward`: f32 sums rounded once).
     pub fn forward(&self, gpu: &'static Gpu, x: &Acts<'_>) -> Result<Buf, Error> {
+        if let LinW::Fp8 { w, scale } = &self.w {
+            let dims = (x.rows, self.n, self.k);
+            let kernel = fp8_default_kernel(gpu, dims);
+            // The wide kernel rounds its sums to bf16 itself: one launch instead of the GEMV and a conversion.
+            if matches!(kernel, Fp8Kernel::Wide { .. }) {
+                let mut y = gpu.pool().take(x.rows * self.n * 2)?;
+                let (codes, scales) = x.fp8(gpu)?;
+                fp8_gemv_bf16(gpu, w, (scale, WeightScale::E8m0), codes, scales, &mut y, dims, kernel)?;
+                return Ok(y);
+            }
+        }
         let y = self.forward_f32(gpu, x)?;
         to_bf16_buf(gpu, &y, x.rows * self.n)
     }

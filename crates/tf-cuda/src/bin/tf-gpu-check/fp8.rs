@@ -2,7 +2,7 @@
 
 use crate::device;
 use serde_json::json;
-use tf_core::formats::{e8m0_to_f32, quant_fp8_pow2};
+use tf_core::formats::{e8m0_to_f32, quant_fp8_pow2, to_bf16};
 use tf_core::ops::{Fp8Weight, QuantActs, qgemm_f32};
 use tf_core::rng::SplitMix64;
 use tf_core::{DType, Tensor, bf16};
@@ -158,6 +158,16 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
                 format!("{differ_k}/{} differ, {nan_k} NaN; row 0 alone {alone_k}, bits+f32 {bits_k}", want.len());
             let ok = differ_k == 0 && nan_k == 0 && alone_k && bits_k;
             report.row("fp8_gemv kernels", format!("{case} {}", kernel.label()), result, ok);
+            if matches!(kernel, Fp8Kernel::Wide { .. }) {
+                // The bf16 output of the same launch: each sum rounded as tf_core's to_bf16.
+                let mut yb = gpu.upload(&vec![0xFFFFu16; p.rows * p.n])?;
+                let dims = (p.rows, p.n, p.k);
+                ops::fp8_gemv_bf16(gpu, &d.w, (&d.ws, e8), &d.codes, &d.scales, &mut yb, dims, kernel)?;
+                let got_b: Vec<u16> = gpu.download(&yb)?;
+                let bad = got_b.iter().zip(&want).filter(|&(g, w)| *g != to_bf16(*w).to_bits()).count();
+                let row = format!("{case} {}", kernel.label());
+                report.row("fp8_gemv bf16 out", row, format!("{bad}/{} differ from to_bf16", want.len()), bad == 0);
+            }
             split_ok.insert(kernel.label(), json!(ok));
         }
         let mut entry = json!({
