@@ -73,10 +73,8 @@ __device__ __forceinline__ void load_pairs(const unsigned short* const* keys, in
     }
 }
 
-// Threads of a (row, head) block; the launcher sizes shared memory by the same number.
-#define ATTN_THREADS 512
-// Floats of attend_row's static p·v scratch: a row group's block partials, 8 columns a thread of ATTN_THREADS.
-#define PV_SCRATCH (ATTN_THREADS * 8)
+// Floats of attend_row's static p·v scratch: a row group's block partials, 8 columns a thread of 256.
+#define PV_SCRATCH 2048
 // Keys a thread's 16-byte value loads run ahead of its adds in pv_wide.
 #define PV_WIDE_AHEAD 16
 
@@ -262,11 +260,12 @@ __device__ void attend_row(const unsigned short* __restrict__ qrow, unsigned sho
 }
 
 // Grid (rows, heads): one call's rows, their key ids window[r, :] and sel[r, :] into one set of chunk, ring and latents.
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
-sparse_attn(const unsigned short* __restrict__ q, const unsigned short* __restrict__ chunk,
-            const unsigned short* __restrict__ ring, const unsigned short* __restrict__ latents,
-            const int* __restrict__ window, const int* __restrict__ sel, const float* __restrict__ sink,
-            unsigned short* __restrict__ out, int rows, int heads, int d, int w, int s, int latent_rows, float scale) {
+extern "C" __global__ void sparse_attn(const unsigned short* __restrict__ q, const unsigned short* __restrict__ chunk,
+                                       const unsigned short* __restrict__ ring,
+                                       const unsigned short* __restrict__ latents, const int* __restrict__ window,
+                                       const int* __restrict__ sel, const float* __restrict__ sink,
+                                       unsigned short* __restrict__ out, int rows, int heads, int d, int w, int s,
+                                       int latent_rows, float scale) {
     const int r = blockIdx.x, h = blockIdx.y;
     const size_t at = ((size_t)r * heads + h) * d;
     attend_row(q + at, out + at, chunk, rows, ring, latents, latent_rows, window + (size_t)r * w,
@@ -277,10 +276,10 @@ sparse_attn(const unsigned short* __restrict__ q, const unsigned short* __restri
 #define ROW_WORDS 6
 
 // Grid (rows, heads) over several lanes' rows: each row names its own lane's chunk, ring, latents and key lists.
-extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
-sparse_attn_rows(const unsigned short* __restrict__ q, const unsigned long long* __restrict__ table,
-                 const float* __restrict__ sink, unsigned short* __restrict__ out, int heads, int d, int w, int s,
-                 float scale) {
+extern "C" __global__ void sparse_attn_rows(const unsigned short* __restrict__ q,
+                                            const unsigned long long* __restrict__ table,
+                                            const float* __restrict__ sink, unsigned short* __restrict__ out,
+                                            int heads, int d, int w, int s, float scale) {
     const int r = blockIdx.x, h = blockIdx.y;
     const unsigned long long* t = table + (size_t)r * ROW_WORDS;
     const size_t at = ((size_t)r * heads + h) * d;

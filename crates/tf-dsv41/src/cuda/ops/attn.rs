@@ -32,12 +32,12 @@ pub struct KeyRows<'a> {
     pub latents: &'a In<'a>,
 }
 
-/// Threads per (row, head) block of `sparse_attn` (`ATTN_THREADS` in kernels/attn.cu): 640 keys score in two rounds, not three.
-const ATTN_THREADS: u32 = 512;
+/// Threads per (row, head) block of `sparse_attn`.
+const ATTN_THREADS: u32 = 256;
 /// Keys per online-softmax block, as `attn::sparse::BLOCK`.
 const BLOCK: usize = crate::attn::sparse::BLOCK;
 /// `PV_SCRATCH` in `kernels/attn.cu`: floats of the kernel's static p·v scratch.
-const PV_SCRATCH: usize = 4096;
+const PV_SCRATCH: usize = 2048;
 /// Dynamic shared memory a launch may use without opting in: 48 KiB less the static `scratch` and `sum_exp`.
 const SMEM_LIMIT: usize = 48 * 1024 - PV_SCRATCH * 4 - 16;
 
