@@ -82,19 +82,23 @@ pub fn fp8_wide_smem_bytes(rows: usize, outs: usize, k: usize) -> usize {
     (rows * kb * 36 + outs * rows * (kb + 1)) * 4
 }
 
-/// Shared memory up to which [`fp8_gemv`] takes the wide kernel (two blocks an SM still fit).
-const WIDE_SMEM: usize = 96 * 1024;
+/// Shared memory up to which a wide launch is made (two blocks an SM still fit); past it the wide kernel is not used.
+pub const FP8_WIDE_SMEM: usize = 96 * 1024;
 
-/// The decode GEMV [`fp8_gemv`] runs: `wide` with the most outputs a block that still gives two blocks per SM, where
-/// its staged activations fit; `pipelined` past that; `tiled` from [`TILED_ROWS`] rows.
+/// The decode GEMV [`fp8_gemv`] runs: for one row `wide`, with the most outputs a block that still gives two blocks
+/// per SM, where its staged activations fit (on an H200 it beat `pipelined` at every shape timed at one row, and lost
+/// at 4 and 8: docs/perf-notes.md run 28); `pipelined` for 2–63 rows; `tiled` from [`TILED_ROWS`].
 pub fn fp8_default_kernel(gpu: &Gpu, (rows, n, k): (usize, usize, usize)) -> Fp8Kernel {
     if rows >= TILED_ROWS {
         return Fp8Kernel::Tiled;
     }
-    let group = rows.min(FP8_MAX_ROWS);
     let sms = gpu.sm_count();
     let outs = [8, 4, 2].into_iter().find(|&o| n.div_ceil(o) >= 2 * sms).unwrap_or(2);
-    if fp8_wide_smem_bytes(group, outs, k) <= WIDE_SMEM { Fp8Kernel::Wide { outs } } else { Fp8Kernel::Pipelined }
+    if rows == 1 && fp8_wide_smem_bytes(1, outs, k) <= FP8_WIDE_SMEM {
+        Fp8Kernel::Wide { outs }
+    } else {
+        Fp8Kernel::Pipelined
+    }
 }
 
 /// Quantizes `rows × k` bf16 (`x`) to E4M3 `codes` (`rows × k` bytes) and f32 power-of-two `scales` (`rows × k/32`).
@@ -165,7 +169,7 @@ pub fn fp8_gemv_with(
 }
 
 /// `y` bf16 `[rows, n]` = [`fp8_gemv`]'s sums rounded to bf16 in the same launch, by `fp8_gemv_wide` (`kernel` must be
-/// `Wide`, as [`fp8_default_kernel`] picks below 64 rows where the activations fit).
+/// `Wide`, as [`fp8_default_kernel`] picks for one row where the activations fit).
 #[allow(clippy::too_many_arguments)]
 pub fn fp8_gemv_bf16(
     gpu: &Gpu,
@@ -226,8 +230,9 @@ fn gemv_launch(
             }
             Fp8Kernel::Tiled => unreachable!("tiled calls return above"),
             Fp8Kernel::Wide { outs } => {
-                if ![1, 2, 4, 8].contains(&outs) {
-                    return Err(Error::Launch { op: OP, what: format!("bad wide kernel {kernel:?}") });
+                if ![1, 2, 4, 8].contains(&outs) || fp8_wide_smem_bytes(group, outs, k) > FP8_WIDE_SMEM {
+                    let what = format!("no wide kernel {kernel:?} for {group} rows of K = {k}");
+                    return Err(Error::Launch { op: OP, what });
                 }
                 defines.push(("FP8W_OUTS", outs.to_string()));
                 defines.push(("FP8W_BF16", u8::from(bf16_out).to_string()));

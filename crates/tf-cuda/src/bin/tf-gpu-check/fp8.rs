@@ -82,11 +82,12 @@ fn gemv_with(
     gpu.download(&y)
 }
 
-/// The kernels timed side by side: the pipelined baseline first, then split-K and wide shapes (predictions in docs/perf-notes.md).
-fn kernels_for(rows: usize) -> Vec<Fp8Kernel> {
+/// The kernels timed side by side: the pipelined baseline first, then split-K and the wide shapes that fit K (docs/perf-notes.md).
+fn kernels_for(rows: usize, k: usize) -> Vec<Fp8Kernel> {
     let split = |outs, unroll| Fp8Kernel::Split { outs, unroll, warps: 4 };
-    let wide = |outs| Fp8Kernel::Wide { outs };
-    let mut all = vec![Fp8Kernel::Pipelined, split(1, 4), split(2, 2), wide(2), wide(4), wide(8)];
+    let mut all = vec![Fp8Kernel::Pipelined, split(1, 4), split(2, 2)];
+    let fits = |outs: &usize| ops::fp8_wide_smem_bytes(rows, *outs, k) <= ops::FP8_WIDE_SMEM;
+    all.extend([2, 4, 8].into_iter().filter(fits).map(|outs| Fp8Kernel::Wide { outs }));
     // Four outputs per warp spill at 4+ rows (ptxas: 255 registers), so only for 1-2.
     if rows <= 2 {
         all.push(split(4, 1));
@@ -146,7 +147,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
         let same = format!("bit-identical: bits decode {bits}, f32 scales {f32s}, row 0 alone {alone}");
         report.row("fp8_gemv variants", case.as_str(), same, bits && f32s && alone);
         let mut split_ok = serde_json::Map::new();
-        for kernel in kernels_for(p.rows).into_iter().skip(1) {
+        for kernel in kernels_for(p.rows, p.k).into_iter().skip(1) {
             let e8 = WeightScale::E8m0;
             let got_k = gemv_with(gpu, &p, &d, p.rows, e8, Fp8Decode::Hardware, kernel)?;
             let (_, _, differ_k, nan_k) = compare(&got_k, &want);
@@ -210,7 +211,7 @@ fn time(
     let mut out = Vec::new();
     for rows in TIME_ROWS {
         let bytes = p.bytes_read(rows);
-        let runs = kernels_for(rows).into_iter().map(|k| (k, Fp8Decode::Hardware));
+        let runs = kernels_for(rows, p.k).into_iter().map(|k| (k, Fp8Decode::Hardware));
         for (kernel, decode) in runs.chain([(Fp8Kernel::Pipelined, Fp8Decode::Bits)]) {
             let shape = (rows, p.n, p.k);
             let t = device::cold_median_ms(gpu, copies, 30.max(copies), |g, i| {
