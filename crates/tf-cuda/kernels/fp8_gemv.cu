@@ -357,9 +357,7 @@ __device__ __forceinline__ u16 bf16_rne(float x) {
 constexpr int XPAD = 36;  // f32 per staged 32-block: 8 threads reading 16 B at this stride cover the 32 banks once
 }  // namespace
 
-// Same block terms as fp8_gemv; a block owns WO outputs over all of K. Thread t forms the terms of 32-byte units t, t+256, …
-// (unit u = output u / KB, block u % KB: a warp reads 1 KiB of a row), after staging the activations as f32 in shared
-// memory; then thread q = o·R + r adds its (output, row)'s KB terms in K order. Dynamic smem: R·KB·36 f32 + WO·R·(KB+1) f32.
+// fp8_gemv's block terms, WO outputs a block: thread t forms units t, t+256, … (output u / KB, block u % KB), thread o·R+r adds them in K order.
 extern "C" __global__ void __launch_bounds__(WTHREADS)
 fp8_gemv_wide(const u8* __restrict__ w, const void* __restrict__ wscale, const u8* __restrict__ xq,
               const float* __restrict__ xscale, float* __restrict__ y, int n, int k) {

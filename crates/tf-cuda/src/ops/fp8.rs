@@ -85,9 +85,7 @@ pub fn fp8_wide_smem_bytes(rows: usize, outs: usize, k: usize) -> usize {
 /// Shared memory up to which a wide launch is made (two blocks an SM still fit); past it the wide kernel is not used.
 pub const FP8_WIDE_SMEM: usize = 96 * 1024;
 
-/// The decode GEMV [`fp8_gemv`] runs: for one row `wide`, with the most outputs a block that still gives two blocks
-/// per SM, where its staged activations fit (on an H200 it beat `pipelined` at every shape timed at one row, and lost
-/// at 4 and 8: docs/perf-notes.md run 28); `pipelined` for 2–63 rows; `tiled` from [`TILED_ROWS`].
+/// [`fp8_gemv`]'s kernel: `wide` for one row where it fits (faster at one row, slower at 4 and 8: perf-notes run 28), else `pipelined`, `tiled` from 64 rows.
 pub fn fp8_default_kernel(gpu: &Gpu, (rows, n, k): (usize, usize, usize)) -> Fp8Kernel {
     if rows >= TILED_ROWS {
         return Fp8Kernel::Tiled;
@@ -168,8 +166,7 @@ pub fn fp8_gemv_with(
     gemv_launch(gpu, (w, wscale, scale_kind), (codes, scales), y, dims, decode, kernel, false)
 }
 
-/// `y` bf16 `[rows, n]` = [`fp8_gemv`]'s sums rounded to bf16 in the same launch, by `fp8_gemv_wide` (`kernel` must be
-/// `Wide`, as [`fp8_default_kernel`] picks for one row where the activations fit).
+/// `y` bf16 `[rows, n]` = [`fp8_gemv`]'s sums rounded to bf16 in the same `fp8_gemv_wide` launch (`kernel` must be `Wide`).
 #[allow(clippy::too_many_arguments)]
 pub fn fp8_gemv_bf16(
     gpu: &Gpu,
@@ -182,7 +179,10 @@ pub fn fp8_gemv_bf16(
     kernel: Fp8Kernel,
 ) -> Result<(), Error> {
     if !matches!(kernel, Fp8Kernel::Wide { .. }) {
-        return Err(Error::Launch { op: "fp8_gemv", what: format!("bf16 output needs the wide kernel, not {kernel:?}") });
+        return Err(Error::Launch {
+            op: "fp8_gemv",
+            what: format!("bf16 output needs the wide kernel, not {kernel:?}"),
+        });
     }
     gemv_launch(gpu, (w, wscale, scale_kind), (codes, scales), y, dims, Fp8Decode::Hardware, kernel, true)
 }

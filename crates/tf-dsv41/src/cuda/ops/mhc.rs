@@ -118,8 +118,7 @@ pub fn hc_mixes(
         .arg(&hc_eps);
     // SAFETY: arguments match `hc_sinkhorn[_warp](f32*, const f32*, const f32*, const f32*, int, int, int, int, float, float)`; sizes checked above.
     let threads = if warp { 32 } else { (MAX_HC * MAX_HC) as u32 };
-    unsafe { launch.launch(grid1(rows, threads)) }
-        .doing(|| format!("launching {OP} (sinkhorn) on {rows} rows"))?;
+    unsafe { launch.launch(grid1(rows, threads)) }.doing(|| format!("launching {OP} (sinkhorn) on {rows} rows"))?;
     Ok(())
 }
 
