@@ -100,28 +100,6 @@ pub(crate) fn aligned16(gpu: &Gpu, v: &In<'_>) -> bool {
 /// Threads of a `dots_bf16` block (kernels/mhc.cu HC_DOT_THREADS).
 const DOT_THREADS: u32 = 256;
 
-/// Whether a call takes `dots_bf16` (a block per output and row, the same Lanes8 sums): few bf16 outputs of f32, as the router.
-#[allow(clippy::too_many_arguments)]
-fn dots_fit(
-    gpu: &Gpu,
-    (x, x_io): (&In<'_>, Io),
-    (w, w_io): (&In<'_>, Io),
-    y_io: Io,
-    squares: bool,
-    (rows, n, k): (usize, usize, usize),
-    groups: usize,
-    order: Sum,
-) -> bool {
-    (x_io, w_io, y_io, order) == (Io::Bf16, Io::Bf16, Io::F32, Sum::Lanes8)
-        && !squares
-        && groups == 1
-        && rows <= ROWS
-        && n <= DOT_OUTPUTS
-        && k.is_multiple_of(4)
-        && aligned16(gpu, x)
-        && aligned16(gpu, w)
-}
-
 /// Outputs up to which `dots_bf16` runs (the router's 384); the head's 129,280 stay on the tiled path, already at copy speed.
 const DOT_OUTPUTS: usize = 1024;
 
@@ -146,7 +124,15 @@ fn launch(
     if rows == 0 || n == 0 {
         return Ok(true);
     }
-    if dots_fit(gpu, (x, x_io), (w, w_io), y_io, ss.is_some(), (rows, n, k), groups, order) {
+    // Few bf16 outputs of f32 in Lanes8 order (the router): a block per output and row, the same sums.
+    let dots = (x_io, w_io, y_io, order, groups) == (Io::Bf16, Io::Bf16, Io::F32, Sum::Lanes8, 1)
+        && ss.is_none()
+        && rows <= ROWS
+        && n <= DOT_OUTPUTS
+        && k.is_multiple_of(4)
+        && aligned16(gpu, x)
+        && aligned16(gpu, w);
+    if dots {
         let f = gpu.function(&MHC.spec(&[]), "dots_bf16")?;
         let (n_i, k_i) = (int(OP, "n", n)?, int(OP, "k", k)?);
         let mut launch = gpu.stream().launch_builder(&f);
