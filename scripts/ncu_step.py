@@ -43,6 +43,14 @@ def main():
     print(f"{'us/step':>9} {'calls':>6} {'us/call':>8}  kernel")
     for name, ns in sorted(per.items(), key=lambda kv: -kv[1]):
         print(f"{ns / n / 1e3:9.1f} {calls[name] / n:6.1f} {ns / calls[name] / 1e3:8.2f}  {name}")
+    # The same launches by (kernel, grid, block): one weight shape or one op size a row, e.g. each FP8 linear apart.
+    shaped = collections.defaultdict(list)
+    for s in steps:
+        for name, grid, block, ns in s:
+            shaped[(name, grid, block)].append(ns)
+    print(f"\n{'us/step':>9} {'calls':>6} {'median':>8}  kernel grid block")
+    for (name, grid, block), v in sorted(shaped.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{sum(v) / n / 1e3:9.1f} {len(v) / n:6.1f} {statistics.median(v) / 1e3:8.2f}  {name} {grid} {block}")
 
 
 if __name__ == "__main__":
