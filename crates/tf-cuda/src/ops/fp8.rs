@@ -86,11 +86,15 @@ pub fn fp8_wide_smem_bytes(rows: usize, outs: usize, k: usize) -> usize {
 pub const FP8_WIDE_SMEM: usize = 96 * 1024;
 
 /// [`fp8_gemv`]'s kernel: `wide` for one row where it fits (faster at one row, slower at 4 and 8: perf-notes run 28), else `pipelined`, `tiled` from 64 rows.
-pub fn fp8_default_kernel(gpu: &Gpu, (rows, n, k): (usize, usize, usize)) -> Fp8Kernel {
+pub fn fp8_default_kernel(gpu: &Gpu, dims: (usize, usize, usize)) -> Fp8Kernel {
+    kernel_for(gpu.sm_count(), dims)
+}
+
+/// [`fp8_default_kernel`] on a device of `sms` multiprocessors.
+fn kernel_for(sms: usize, (rows, n, k): (usize, usize, usize)) -> Fp8Kernel {
     if rows >= TILED_ROWS {
         return Fp8Kernel::Tiled;
     }
-    let sms = gpu.sm_count();
     let outs = [8, 4, 2].into_iter().find(|&o| n.div_ceil(o) >= 2 * sms).unwrap_or(2);
     if rows == 1 && fp8_wide_smem_bytes(1, outs, k) <= FP8_WIDE_SMEM {
         Fp8Kernel::Wide { outs }
@@ -302,4 +306,23 @@ fn fp8_gemm(
 /// `(&str, &str)` views of owned defines, as `KernelSource::spec` takes them.
 fn borrow<'a>(defines: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     defines.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_row_takes_the_wide_kernel_with_enough_blocks_and_more_rows_keep_theirs() {
+        // An H100's 132 SMs: kv (512 outputs) needs 2 a block for 264 blocks, wo_b (5,120) fills them with 8.
+        assert_eq!(kernel_for(132, (1, 512, 5120)), Fp8Kernel::Wide { outs: 2 });
+        assert_eq!(kernel_for(132, (1, 2048, 5120)), Fp8Kernel::Wide { outs: 4 });
+        assert_eq!(kernel_for(132, (1, 5120, 8192)), Fp8Kernel::Wide { outs: 8 });
+        assert_eq!(kernel_for(132, (2, 5120, 8192)), Fp8Kernel::Pipelined);
+        assert_eq!(kernel_for(132, (63, 5120, 8192)), Fp8Kernel::Pipelined);
+        assert_eq!(kernel_for(132, (TILED_ROWS, 5120, 8192)), Fp8Kernel::Tiled);
+        // K past what 96 KiB stages (about 21,000 for one row) falls back rather than failing the launch.
+        assert_eq!(kernel_for(132, (1, 4096, 32768)), Fp8Kernel::Pipelined);
+        assert!(fp8_wide_smem_bytes(1, 8, 16384) <= FP8_WIDE_SMEM);
+    }
 }
