@@ -23,9 +23,6 @@ extern "C" __global__ void rms_norm_seq(const bf16_bits* __restrict__ x, const b
     bf16_bits* yr = y + (size_t)blockIdx.x * dim;
     const bool vec = dim % 8 == 0 && ((reinterpret_cast<size_t>(x) | reinterpret_cast<size_t>(w)) & 15) == 0;
     float ss = -0.0f;
-    // The weight's first vector is requested now, so its latency hides behind the sum of squares.
-    const uint4 w0 =
-        vec && (int)threadIdx.x < dim / 8 ? __ldg(reinterpret_cast<const uint4*>(w) + threadIdx.x) : make_uint4(0, 0, 0, 0);
     for (int c0 = 0; c0 < dim; c0 += NORM_CHUNK) {
         const int len = min(NORM_CHUNK, dim - c0);
         norm_stage(xr, c0, len, vec, chunk);
@@ -39,24 +36,6 @@ extern "C" __global__ void rms_norm_seq(const bf16_bits* __restrict__ x, const b
     __syncthreads();
     const float r = r_s;
     const bool staged = dim <= NORM_CHUNK;
-    if (staged && vec && (reinterpret_cast<size_t>(y) & 15) == 0) {
-        // Eight outputs a thread from one 16-byte weight load; its first load was issued before the sum of squares.
-        for (int v = threadIdx.x; v < dim / 8; v += blockDim.x) {
-            const uint4 wq = v == threadIdx.x ? w0 : __ldg(reinterpret_cast<const uint4*>(w) + v);
-            float wf[8];
-            unpack(wq, w, wf);
-            const float4* c4 = reinterpret_cast<const float4*>(chunk);
-            const float4 a = c4[2 * v], b = c4[2 * v + 1];
-            const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            unsigned o[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                o[j] = (unsigned)bf16_rne(wf[2 * j] * (xv[2 * j] * r)) |
-                       ((unsigned)bf16_rne(wf[2 * j + 1] * (xv[2 * j + 1] * r)) << 16);
-            reinterpret_cast<uint4*>(yr)[v] = make_uint4(o[0], o[1], o[2], o[3]);
-        }
-        return;
-    }
 #pragma unroll 4
     for (int c = threadIdx.x; c < dim; c += blockDim.x) {
         const float xv = staged ? chunk[c] : widen(__ldg(xr + c));
