@@ -204,8 +204,9 @@ impl GpuModel {
     fn markov_device(&self, ds: &GDSpark, logits: &Buf, next: u32, block: usize) -> Result<Vec<u32>, Error> {
         let (gpu, vocab, rank) = (self.gpu, self.cfg().vocab_size, ds.rank);
         let mut toks = gpu.upload(&vec![next as i32; block + 1])?;
+        // One row buffer for every draft: stream order keeps each gather after the previous row's head read it.
+        let mut e = gpu.pool().take(rank * 2)?;
         for i in 0..block {
-            let mut e = gpu.pool().take(rank * 2)?;
             ops::embed_rows(
                 gpu,
                 &toks.view().slice(i * 4..(i + 1) * 4),

@@ -97,9 +97,6 @@ pub(crate) fn aligned16(gpu: &Gpu, v: &In<'_>) -> bool {
     ptr.is_multiple_of(16)
 }
 
-/// Threads of a `dots_bf16` block (kernels/mhc.cu HC_DOT_THREADS).
-const DOT_THREADS: u32 = 256;
-
 /// Outputs up to which `dots_bf16` runs (the router's 384); the head's 129,280 stay on the tiled path, already at copy speed.
 const DOT_OUTPUTS: usize = 1024;
 
@@ -138,7 +135,7 @@ fn launch(
         let mut launch = gpu.stream().launch_builder(&f);
         launch.arg(x).arg(w).arg(y).arg(&n_i).arg(&k_i);
         // SAFETY: arguments match `dots_bf16(const u16*, const u16*, f32*, int, int)`; sizes and alignment checked.
-        unsafe { launch.launch(grid((n, rows), DOT_THREADS, 0)) }
+        unsafe { launch.launch(grid((n, rows), super::mhc::DOT_THREADS, 0)) }
             .doing(|| format!("launching dots_bf16 on {rows} rows × {n} outputs × {k}"))?;
         return Ok(false);
     }

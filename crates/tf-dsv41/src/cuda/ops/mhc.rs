@@ -12,8 +12,8 @@ use tf_cuda::{Error, Gpu};
 const MAX_HC: usize = 8;
 /// Threads per block of the column kernels.
 const THREADS: usize = 256;
-/// `HC_DOT_THREADS` in `kernels/mhc.cu`.
-const DOT_THREADS: u32 = 256;
+/// `HC_DOT_THREADS` in `kernels/mhc.cu`: threads of an `hc_dots` or `dots_bf16` block.
+pub(super) const DOT_THREADS: u32 = 256;
 /// Up to this many rows `hc_dots` runs a block per (output, row); past it the tiled `dense` keeps each block busier.
 const DOT_ROWS: usize = 64;
 
