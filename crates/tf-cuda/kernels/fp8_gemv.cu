@@ -93,6 +93,42 @@ __device__ __forceinline__ void decode8(u32 lo, u32 hi, float (&w)[8], u32& nan)
 #endif
 }
 
+// One 32-block's dot for each of R rows: the reference's eight lanes (lane l sums elements l, l+8, l+16, l+24; each product is exact, so fma = add), then its tree; NaN if any weight code is.
+template <class XLoad>
+__device__ __forceinline__ void block_dots(const u32 (&words)[8], XLoad xload, float (&p)[R]) {
+    float v[R][8];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int l = 0; l < 8; ++l) v[r][l] = 0.0f;
+    u32 nan = 0;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+        float wf[8];
+        decode8(words[2 * g], words[2 * g + 1], wf, nan);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float xs[8];
+            xload(r, g, xs);
+#pragma unroll
+            for (int l = 0; l < 8; ++l) v[r][l] = __fmaf_rn(xs[l], wf[l], v[r][l]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const float (&a)[8] = v[r];
+        const float t = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
+                                  __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
+        p[r] = nan ? __uint_as_float(0x7FC00000u) : t;
+    }
+}
+
+// Eight staged f32 activations at xp (16-byte aligned) into xs.
+__device__ __forceinline__ void load8(const float* xp, float (&xs)[8]) {
+    const float4 xa = *reinterpret_cast<const float4*>(xp), xb = *reinterpret_cast<const float4*>(xp + 4);
+    xs[0] = xa.x, xs[1] = xa.y, xs[2] = xa.z, xs[3] = xa.w, xs[4] = xb.x, xs[5] = xb.y, xs[6] = xb.z, xs[7] = xb.w;
+}
+
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     const u32 s = (u32)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
@@ -166,39 +202,12 @@ fp8_gemv(const u8* __restrict__ w, const void* __restrict__ wscale, const u8* __
 #else
             const float sw = e8m0_to_f32(__ldg(reinterpret_cast<const u8*>(wscale) + sc_row + kb0 + kbl));
 #endif
-            float v[R][8];
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-#pragma unroll
-                for (int l = 0; l < 8; ++l) v[r][l] = 0.0f;
-            u32 nan = 0;
-            // The reference's eight lanes: lane l sums elements l, l+8, l+16, l+24; each product is exact, so fma = add.
-#pragma unroll
-            for (int g = 0; g < 4; ++g) {
-                float wf[8];
-                decode8(words[2 * g], words[2 * g + 1], wf, nan);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const float* xp = xf + r * CHUNK + kbl * 32 + g * 8;
-                    const float4 xa = *reinterpret_cast<const float4*>(xp), xb = *reinterpret_cast<const float4*>(xp + 4);
-                    v[r][0] = __fmaf_rn(xa.x, wf[0], v[r][0]);
-                    v[r][1] = __fmaf_rn(xa.y, wf[1], v[r][1]);
-                    v[r][2] = __fmaf_rn(xa.z, wf[2], v[r][2]);
-                    v[r][3] = __fmaf_rn(xa.w, wf[3], v[r][3]);
-                    v[r][4] = __fmaf_rn(xb.x, wf[4], v[r][4]);
-                    v[r][5] = __fmaf_rn(xb.y, wf[5], v[r][5]);
-                    v[r][6] = __fmaf_rn(xb.z, wf[6], v[r][6]);
-                    v[r][7] = __fmaf_rn(xb.w, wf[7], v[r][7]);
-                }
-            }
+            float p[R];
+            block_dots(words, [&](int r, int g, float(&xs)[8]) { load8(xf + r * CHUNK + kbl * 32 + g * 8, xs); }, p);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                const float (&a)[8] = v[r];
-                float p = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
-                                    __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
-                p = nan ? __uint_as_float(0x7FC00000u) : p;
                 const float sx = __ldg(xscale + r * kb_total + kb0 + kbl);
-                part[(kbl * R + r) * NT + lane] = __fmul_rn(__fmul_rn(p, sx), sw);
+                part[(kbl * R + r) * NT + lane] = __fmul_rn(__fmul_rn(p[r], sx), sw);
             }
         }
         __syncthreads();
@@ -287,34 +296,16 @@ fp8_gemv_split(const u8* __restrict__ w, const void* __restrict__ wscale, const 
 #endif
                 const u32 words[8] = {wv[u][o][0].x, wv[u][o][0].y, wv[u][o][0].z, wv[u][o][0].w,
                                       wv[u][o][1].x, wv[u][o][1].y, wv[u][o][1].z, wv[u][o][1].w};
-                float v[R][8];
-#pragma unroll
-                for (int r = 0; r < R; ++r)
-#pragma unroll
-                    for (int l = 0; l < 8; ++l) v[r][l] = 0.0f;
-                u32 nan = 0;
-#pragma unroll
-                for (int g = 0; g < 4; ++g) {
-                    float wf[8];
-                    decode8(words[2 * g], words[2 * g + 1], wf, nan);
-#pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        const uint2 xc = __ldg(reinterpret_cast<const uint2*>(xq + (size_t)r * k + kbc * 32 + g * 8));
-                        float xf[8];
-                        decode8_cvt(xc.x, xc.y, xf);
-#pragma unroll
-                        for (int l = 0; l < 8; ++l) v[r][l] = __fmaf_rn(xf[l], wf[l], v[r][l]);
-                    }
-                }
+                float p[R];
+                block_dots(words, [&](int r, int g, float(&xs)[8]) {
+                    const uint2 xc = __ldg(reinterpret_cast<const uint2*>(xq + (size_t)r * k + kbc * 32 + g * 8));
+                    decode8_cvt(xc.x, xc.y, xs);
+                }, p);
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    const float (&a)[8] = v[r];
-                    float p = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
-                                        __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
-                    p = nan ? __uint_as_float(0x7FC00000u) : p;
                     const float sx = __ldg(xscale + r * kb_total + kbc);
                     // A missing block's term is +0; acc starts at +0 and x + y is -0 only when both are, so it adds nothing.
-                    part[(o * R + r) * SPAD + lane] = ok ? __fmul_rn(__fmul_rn(p, sx), sw) : 0.0f;
+                    part[(o * R + r) * SPAD + lane] = ok ? __fmul_rn(__fmul_rn(p[r], sx), sw) : 0.0f;
                 }
             }
             __syncwarp();
@@ -402,34 +393,12 @@ fp8_gemv_wide(const u8* __restrict__ w, const void* __restrict__ wscale, const u
 #endif
             const u32 words[8] = {wv[b][0].x, wv[b][0].y, wv[b][0].z, wv[b][0].w,
                                   wv[b][1].x, wv[b][1].y, wv[b][1].z, wv[b][1].w};
-            float v[R][8];
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-#pragma unroll
-                for (int l = 0; l < 8; ++l) v[r][l] = 0.0f;
-            u32 nan = 0;
-            // The reference's eight lanes: lane l sums elements l, l+8, l+16, l+24; each product is exact, so fma = add.
-#pragma unroll
-            for (int g = 0; g < 4; ++g) {
-                float wf[8];
-                decode8(words[2 * g], words[2 * g + 1], wf, nan);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const float* xp = xf + (r * kb_total + kb) * XPAD + g * 8;
-                    const float4 xa = *reinterpret_cast<const float4*>(xp), xb = *reinterpret_cast<const float4*>(xp + 4);
-                    const float xs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-                    for (int l = 0; l < 8; ++l) v[r][l] = __fmaf_rn(xs[l], wf[l], v[r][l]);
-                }
-            }
+            float p[R];
+            block_dots(words, [&](int r, int g, float(&xs)[8]) { load8(xf + (r * kb_total + kb) * XPAD + g * 8, xs); }, p);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                const float (&a)[8] = v[r];
-                float p = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
-                                    __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
-                p = nan ? __uint_as_float(0x7FC00000u) : p;
                 const float sx = __ldg(xscale + r * kb_total + kb);
-                terms[(o * R + r) * tpad + kb] = __fmul_rn(__fmul_rn(p, sx), sw);
+                terms[(o * R + r) * tpad + kb] = __fmul_rn(__fmul_rn(p[r], sx), sw);
             }
         }
         if (u0 + WB * WTHREADS < units) fetch(u0 + WB * WTHREADS);

@@ -149,83 +149,90 @@ __device__ __forceinline__ float line_sum(const float* c, int at, int step, int 
     return s;
 }
 
-// One block per row, in place over its raw dots: HcSite::mixes' scaling by 1/sqrt(mean(x²)+norm_eps) (ss: the sequential sum of squares), then split_sinkhorn with thread i·hc+j owning comb[i][j]; each sum runs in the CPU's order (from -0.0, like Rust's Sum), so every element is bit-identical.
+// Comb lines of a block, one thread per element: put publishes v once every thread has read the last values (the CPU updates a row or column only after summing it).
+struct BlockLines {
+    float* c;
+    int t, n;
+    __device__ void put(float v) { publish(c, t, n, v); }
+    // Threads past the comb read nothing (their line could pass c's end); their results are never used.
+    __device__ float max(float, int at, int hc) const {
+        float mx = __uint_as_float(0xff800000u);
+        for (int q = 0; t < n && q < hc; ++q) mx = fmaxf(mx, c[at + q]);
+        return mx;
+    }
+    __device__ float sum(float, int at, int step, int hc) const { return t < n ? line_sum(c, at, step, hc) : 1.0f; }
+};
+
+// Comb lines of a warp, lane per element: shuffles read the others' registers, so nothing to publish.
+struct WarpLines {
+    __device__ void put(float) {}
+    __device__ float max(float v, int at, int hc) const {
+        float mx = __uint_as_float(0xff800000u);
+        for (int q = 0; q < hc; ++q) mx = fmaxf(mx, __shfl_sync(0xffffffffu, v, at + q));
+        return mx;
+    }
+    // Σ of the hc entries lane `at`, `at + step`, … hold, in order from -0.0: line_sum over the warp's registers.
+    __device__ float sum(float v, int at, int step, int hc) const {
+        float s = -0.0f;
+        for (int q = 0; q < hc; ++q) s += __shfl_sync(0xffffffffu, v, at + q * step);
+        return s;
+    }
+};
+
+// Row r in place over its raw dots: HcSite::mixes' scaling by 1/sqrt(mean(x²)+norm_eps) (ss: the sequential sum of squares), then split_sinkhorn with thread t = i·hc+j owning comb[i][j]; each sum in the CPU's order (from -0.0, like Rust's Sum), so every element is bit-identical.
+template <class Lines>
+__device__ __forceinline__ void sinkhorn_row(Lines lines, float* __restrict__ mix, const float* __restrict__ ss,
+                                             const float* __restrict__ scale, const float* __restrict__ base, int r, int t,
+                                             int hc, int width, int iters, float norm_eps, float eps) {
+    const int n = hc * hc, i = t / hc, j = t % hc;
+    float* m = mix + (size_t)r * (2 + hc) * hc;
+    const float rsqrt = 1.0f / sqrtf(ss[r] / (float)width + norm_eps);
+    float pre = 0.0f, post = 0.0f;
+    if (t < hc) {
+        pre = sigmoid(m[t] * rsqrt * scale[0] + base[t]) + eps;
+        post = 2.0f * sigmoid(m[hc + t] * rsqrt * scale[1] + base[hc + t]);
+    }
+    float v = t < n ? m[2 * hc + t] * rsqrt * scale[2] + base[2 * hc + t] : 0.0f;
+    lines.put(v);
+    const float mx = lines.max(v, i * hc, hc);
+    if (t < n) v = exp_rn(v - mx);
+    lines.put(v);
+    const float first = lines.sum(v, i * hc, 1, hc);
+    if (t < n) v = v / first + eps;
+    for (int it = 0; it < max(iters, 1); ++it) {
+        // Columns after every row pass; from the second pass on, rows first (split_sinkhorn's loop).
+        if (it > 0) {
+            lines.put(v);
+            const float row = lines.sum(v, i * hc, 1, hc);
+            if (t < n) v = v / (row + eps);
+        }
+        lines.put(v);
+        const float col = lines.sum(v, j, hc, hc);
+        if (t < n) v = v / (col + eps);
+    }
+    if (t < hc) {
+        m[t] = pre;
+        m[hc + t] = post;
+    }
+    if (t < n) m[2 * hc + t] = v;
+}
+
+// One block per row, a thread per comb element (sinkhorn_row).
 extern "C" __global__ void __launch_bounds__(SINKHORN_THREADS)
 hc_sinkhorn(float* __restrict__ mix, const float* __restrict__ ss, const float* __restrict__ scale,
             const float* __restrict__ base, int rows, int hc, int width, int iters, float norm_eps, float eps) {
     __shared__ float c[MHC_MAX_HC * MHC_MAX_HC];
-    const int r = blockIdx.x, t = threadIdx.x, n = hc * hc;
-    if (r >= rows) return;
-    float* m = mix + (size_t)r * (2 + hc) * hc;
-    const float rsqrt = 1.0f / sqrtf(ss[r] / (float)width + norm_eps);
-    const int i = t / hc, j = t % hc;
-    float pre = 0.0f, post = 0.0f;
-    if (t < hc) {
-        pre = sigmoid(m[t] * rsqrt * scale[0] + base[t]) + eps;
-        post = 2.0f * sigmoid(m[hc + t] * rsqrt * scale[1] + base[hc + t]);
-    }
-    float v = t < n ? m[2 * hc + t] * rsqrt * scale[2] + base[2 * hc + t] : 0.0f;
-    publish(c, t, n, v);
-    if (t < n) {
-        float mx = __uint_as_float(0xff800000u);
-        for (int q = 0; q < hc; ++q) mx = fmaxf(mx, c[i * hc + q]);
-        v = exp_rn(v - mx);
-    }
-    publish(c, t, n, v);
-    if (t < n) v = v / line_sum(c, i * hc, 1, hc) + eps;
-    publish(c, t, n, v);
-    for (int it = 0; it < max(iters, 1); ++it) {
-        // Columns after every row pass; from the second pass on, rows first (split_sinkhorn's loop).
-        if (it > 0) {
-            if (t < n) v = v / (line_sum(c, i * hc, 1, hc) + eps);
-            publish(c, t, n, v);
-        }
-        if (t < n) v = v / (line_sum(c, j, hc, hc) + eps);
-        publish(c, t, n, v);
-    }
-    if (t < hc) {
-        m[t] = pre;
-        m[hc + t] = post;
-    }
-    if (t < n) m[2 * hc + t] = v;
+    if ((int)blockIdx.x >= rows) return;
+    sinkhorn_row(BlockLines{c, (int)threadIdx.x, hc * hc}, mix, ss, scale, base, blockIdx.x, threadIdx.x, hc, width, iters,
+                 norm_eps, eps);
 }
 
-// Σ of the hc entries lane `at`, `at + step`, … hold, in order from -0.0: line_sum over a warp's registers.
-__device__ __forceinline__ float warp_line_sum(float v, int at, int step, int hc) {
-    float s = -0.0f;
-    for (int q = 0; q < hc; ++q) s += __shfl_sync(0xffffffffu, v, at + q * step);
-    return s;
-}
-
-// hc_sinkhorn for hc² ≤ 32: a warp per row, lane i·hc+j owns comb[i][j] and reads its row and column by shuffles; the same sums in the same order, no block barriers.
+// hc_sinkhorn for hc² ≤ 32: a warp per row, lane i·hc+j owns comb[i][j] and reads its row and column by shuffles, no block barriers.
 extern "C" __global__ void __launch_bounds__(32)
 hc_sinkhorn_warp(float* __restrict__ mix, const float* __restrict__ ss, const float* __restrict__ scale,
                  const float* __restrict__ base, int rows, int hc, int width, int iters, float norm_eps, float eps) {
-    const int r = blockIdx.x, t = threadIdx.x, n = hc * hc;
-    if (r >= rows) return;
-    float* m = mix + (size_t)r * (2 + hc) * hc;
-    const float rsqrt = 1.0f / sqrtf(ss[r] / (float)width + norm_eps);
-    const int i = t / hc, j = t % hc;
-    float pre = 0.0f, post = 0.0f;
-    if (t < hc) {
-        pre = sigmoid(m[t] * rsqrt * scale[0] + base[t]) + eps;
-        post = 2.0f * sigmoid(m[hc + t] * rsqrt * scale[1] + base[hc + t]);
-    }
-    float v = t < n ? m[2 * hc + t] * rsqrt * scale[2] + base[2 * hc + t] : 0.0f;
-    float mx = __uint_as_float(0xff800000u);
-    for (int q = 0; q < hc; ++q) mx = fmaxf(mx, __shfl_sync(0xffffffffu, v, i * hc + q));
-    if (t < n) v = exp_rn(v - mx);
-    v = v / warp_line_sum(v, i * hc, 1, hc) + eps;
-    for (int it = 0; it < max(iters, 1); ++it) {
-        // Columns after every row pass; from the second pass on, rows first (split_sinkhorn's loop).
-        if (it > 0) v = v / (warp_line_sum(v, i * hc, 1, hc) + eps);
-        v = v / (warp_line_sum(v, j, hc, hc) + eps);
-    }
-    if (t < hc) {
-        m[t] = pre;
-        m[hc + t] = post;
-    }
-    if (t < n) m[2 * hc + t] = v;
+    if ((int)blockIdx.x >= rows) return;
+    sinkhorn_row(WarpLines{}, mix, ss, scale, base, blockIdx.x, threadIdx.x, hc, width, iters, norm_eps, eps);
 }
 
 // Grid (rows, ⌈dim/threads⌉): y[r, c] = bf16(Σ_i pre_i · x[r, i, c]), summed in stream order as the CPU does.
