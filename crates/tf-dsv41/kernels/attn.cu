@@ -289,3 +289,181 @@ extern "C" __global__ void sparse_attn_rows(const unsigned short* __restrict__ q
                (int)(n >> 32), reinterpret_cast<const int*>(t[3]), reinterpret_cast<const int*>(t[4]), w, s, sink[h],
                d, scale);
 }
+
+// The split decode path: few (row, head) blocks leave most SMs idle, so scores and p·v spread over keys and columns.
+// Heads whose queries meet each key row a thread reads (MQA: every head reads the same keys), and keys per block.
+#define SCORE_HEADS 4
+#define SCORE_KEYS 64
+// Key rows of 16-byte loads in flight in attn_scores.
+#define SCORE_AHEAD 8
+
+// Grid (⌈L/SCORE_KEYS⌉, ⌈heads/SCORE_HEADS⌉, rows): thread j scores key j for SCORE_HEADS heads, each dot_seq's sum from -0.0 in index order, into scores[r, h, j]; d % 8 == 0 and 16-byte aligned rows (the launcher checks).
+extern "C" __global__ void __launch_bounds__(SCORE_KEYS)
+attn_scores(const unsigned short* __restrict__ q, const unsigned short* __restrict__ chunk,
+            const unsigned short* __restrict__ ring, const unsigned short* __restrict__ latents,
+            const int* __restrict__ window, const int* __restrict__ sel, float* __restrict__ scores, int rows, int heads,
+            int d, int w, int s, int latent_rows, float scale) {
+    extern __shared__ __align__(16) float qs[];
+    const int r = blockIdx.z, h0 = blockIdx.y * SCORE_HEADS, L = w + s, nh = min(SCORE_HEADS, heads - h0);
+    for (int i = threadIdx.x; i < SCORE_HEADS * d; i += blockDim.x)
+        qs[i] = i / d < nh ? widen(q[((size_t)r * heads + h0) * d + i]) : 0.0f;
+    __syncthreads();
+    const int j = blockIdx.x * SCORE_KEYS + threadIdx.x;
+    if (j >= L) return;
+    const int id = j < w ? window[(size_t)r * w + j] : sel[(size_t)r * s + j - w];
+    const unsigned short* k = resolve(id, chunk, rows, ring, w, latents, latent_rows, d);
+    float acc[SCORE_HEADS];
+#pragma unroll
+    for (int hh = 0; hh < SCORE_HEADS; ++hh) acc[hh] = -0.0f;
+    if (k) {
+        const uint4* k4 = reinterpret_cast<const uint4*>(k);
+        const int n8 = d / 8;
+        uint4 buf[SCORE_AHEAD];
+#pragma unroll
+        for (int u = 0; u < SCORE_AHEAD; ++u) buf[u] = u < n8 ? __ldg(k4 + u) : make_uint4(0u, 0u, 0u, 0u);
+        for (int c0 = 0; c0 < n8; c0 += SCORE_AHEAD) {
+#pragma unroll
+            for (int u = 0; u < SCORE_AHEAD; ++u) {
+                const int c = c0 + u;
+                if (c >= n8) break;
+                float kf[8];
+                unpack(buf[u], k, kf);
+                buf[u] = c + SCORE_AHEAD < n8 ? __ldg(k4 + c + SCORE_AHEAD) : buf[u];
+#pragma unroll
+                for (int hh = 0; hh < SCORE_HEADS; ++hh) {
+                    const float4 qa = *reinterpret_cast<const float4*>(qs + hh * d + 8 * c);
+                    const float4 qb = *reinterpret_cast<const float4*>(qs + hh * d + 8 * c + 4);
+                    const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) acc[hh] = __fadd_rn(acc[hh], __fmul_rn(qv[e], kf[e]));
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int hh = 0; hh < SCORE_HEADS; ++hh)
+        if (hh < nh) scores[((size_t)r * heads + h0 + hh) * L + j] = k ? __fmul_rn(acc[hh], scale) : -F32_INF;
+}
+
+// Heads and columns of an attn_pv block (8 columns a thread); its threads are (PV_COLS / 8) × one per softmax block.
+#define PV_HEADS 4
+#define PV_COLS 64
+// Keys a thread's value loads run ahead of its adds in attn_pv.
+#define PV_SPLIT_AHEAD 16
+
+// Grid (d / PV_COLS, ⌈heads/PV_HEADS⌉, rows), block (PV_COLS/8)·nblk: attend_row's softmax over scores[r, h, :] (block maxima, the running max's rescales, psum per block, the chain and the sink, probabilities rounded to bf16), then thread group b forms softmax block b's p·v partial for 8 columns and PV_HEADS heads, and group 0 folds them in block order: every add the CPU's.
+extern "C" __global__ void attn_pv(const float* __restrict__ scores, const unsigned short* __restrict__ chunk,
+                                   const unsigned short* __restrict__ ring, const unsigned short* __restrict__ latents,
+                                   const int* __restrict__ window, const int* __restrict__ sel,
+                                   const float* __restrict__ sink, unsigned short* __restrict__ out, int rows, int heads,
+                                   int d, int w, int s, int latent_rows) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int r = blockIdx.z, h0 = blockIdx.y * PV_HEADS, L = w + s, nblk = (L + BLOCK - 1) / BLOCK;
+    const int nh = min(PV_HEADS, heads - h0);
+    const unsigned short** keys = reinterpret_cast<const unsigned short**>(smem);
+    float* p = reinterpret_cast<float*>(smem + sizeof(void*) * (size_t)L);  // [PV_HEADS][L]
+    float* run_max = p + PV_HEADS * L;                                       // [PV_HEADS][nblk]
+    float* rescale = run_max + PV_HEADS * nblk;
+    float* psums = rescale + PV_HEADS * nblk;
+    float* sum_exp = psums + PV_HEADS * nblk;                                // [PV_HEADS]
+    float* part = sum_exp + PV_HEADS;                                        // [nblk][PV_HEADS][PV_COLS]
+    for (int j = tid; j < L; j += nt) {
+        const int id = j < w ? window[(size_t)r * w + j] : sel[(size_t)r * s + j - w];
+        keys[j] = resolve(id, chunk, rows, ring, w, latents, latent_rows, d);
+    }
+    for (int i = tid; i < PV_HEADS * L; i += nt)
+        p[i] = i / L < nh ? scores[((size_t)r * heads + h0) * L + i] : -F32_INF;
+    __syncthreads();
+    for (int i = tid; i < PV_HEADS * nblk; i += nt) {
+        const int hh = i / nblk, b = i % nblk;
+        float m = -F32_INF;
+        for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) m = fmaxf(m, p[hh * L + j]);
+        run_max[i] = m;
+    }
+    __syncthreads();
+    if (tid < PV_HEADS) {
+        float prev = -1e30f;
+        for (int b = 0; b < nblk; ++b) {
+            const float m = fmaxf(prev, run_max[tid * nblk + b]);
+            rescale[tid * nblk + b] = prev - m;
+            run_max[tid * nblk + b] = m;
+            prev = m;
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < PV_HEADS * nblk; i += nt) rescale[i] = exp_rn(rescale[i]);
+    for (int i = tid; i < PV_HEADS * L; i += nt) p[i] = exp_rn(p[i] - run_max[(i / L) * nblk + (i % L) / BLOCK]);
+    __syncthreads();
+    // Each block's psum from 0 in key order (independent of the others), then the chain over blocks in order.
+    for (int i = tid; i < PV_HEADS * nblk; i += nt) {
+        const int hh = i / nblk, b = i % nblk;
+        float psum = 0.0f;
+        for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) psum += p[hh * L + j];
+        psums[i] = psum;
+    }
+    __syncthreads();
+    if (tid < PV_HEADS) {
+        float total = 0.0f;
+        for (int b = 0; b < nblk; ++b) total = total * rescale[tid * nblk + b] + psums[tid * nblk + b];
+        const float m = nblk > 0 ? run_max[tid * nblk + nblk - 1] : -1e30f;
+        sum_exp[tid] = total + exp_rn((tid < nh ? sink[h0 + tid] : 0.0f) - m);
+    }
+    __syncthreads();
+    for (int i = tid; i < PV_HEADS * L; i += nt) p[i] = widen(bf16_rne(p[i]));
+    __syncthreads();
+    constexpr int G = PV_COLS / 8;
+    const int b = tid / G, cl = (tid % G) * 8, c8 = blockIdx.x * PV_COLS + cl;
+    if (b < nblk) {
+        float pv[PV_HEADS][8];
+#pragma unroll
+        for (int hh = 0; hh < PV_HEADS; ++hh)
+#pragma unroll
+            for (int u = 0; u < 8; ++u) pv[hh][u] = 0.0f;
+        const int j0 = b * BLOCK, j1 = min(L, j0 + BLOCK);
+        uint4 buf[PV_SPLIT_AHEAD];
+#pragma unroll
+        for (int u = 0; u < PV_SPLIT_AHEAD; ++u) {
+            const unsigned short* kr = j0 + u < j1 ? keys[j0 + u] : nullptr;
+            buf[u] = kr ? __ldg(reinterpret_cast<const uint4*>(kr + c8)) : make_uint4(0u, 0u, 0u, 0u);
+        }
+        for (int j = j0; j < j1; j += PV_SPLIT_AHEAD) {
+#pragma unroll
+            for (int u = 0; u < PV_SPLIT_AHEAD; ++u) {
+                float v[8];
+                unpack(buf[u], chunk, v);
+                const int jn = j + PV_SPLIT_AHEAD + u;
+                const unsigned short* kn = jn < j1 ? keys[jn] : nullptr;
+                buf[u] = kn ? __ldg(reinterpret_cast<const uint4*>(kn + c8)) : make_uint4(0u, 0u, 0u, 0u);
+                if (j + u < j1 && keys[j + u]) {
+#pragma unroll
+                    for (int hh = 0; hh < PV_HEADS; ++hh) {
+                        const float pj = p[hh * L + j + u];
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) pv[hh][e] = __fadd_rn(pv[hh][e], __fmul_rn(pj, v[e]));
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int hh = 0; hh < PV_HEADS; ++hh)
+#pragma unroll
+            for (int u = 0; u < 8; ++u) part[(b * PV_HEADS + hh) * PV_COLS + cl + u] = pv[hh][u];
+    }
+    __syncthreads();
+    if (b == 0) {
+        for (int hh = 0; hh < nh; ++hh) {
+            float acc[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
+            for (int bb = 0; bb < nblk; ++bb) {
+                const float rs = rescale[hh * nblk + bb];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) acc[u] = __fadd_rn(__fmul_rn(acc[u], rs), part[(bb * PV_HEADS + hh) * PV_COLS + cl + u]);
+            }
+            unsigned short* orow = out + ((size_t)r * heads + h0 + hh) * d + c8;
+#pragma unroll
+            for (int u = 0; u < 8; ++u) orow[u] = bf16_rne(acc[u] / sum_exp[hh]);
+        }
+    }
+}

@@ -6,7 +6,7 @@ use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
 use tf_dsv41::attn::{pool, sparse};
-use tf_dsv41::cuda::ops::{self, KEY_NONE, KeyRows, KeySource, key_id};
+use tf_dsv41::cuda::ops::{self, AttnPath, KEY_NONE, KeyRows, KeySource, key_id};
 
 /// One sparse_attn shape; `latents` is the compressed row count, `empty_row` a row whose every key is empty.
 struct AttnCase {
@@ -22,7 +22,7 @@ struct AttnCase {
     sel: bool,
 }
 
-const ATTN_CASES: [AttnCase; 4] = [
+const ATTN_CASES: [AttnCase; 5] = [
     AttnCase {
         name: "decode: 64 heads, d 512, w 128, s 512",
         rows: 1,
@@ -71,6 +71,18 @@ const ATTN_CASES: [AttnCase; 4] = [
         bad_ids: true,
         sel: true,
     },
+    AttnCase {
+        name: "split's edges: 2 rows, 6 heads (a part head group), d 128, w 70 + s 100, bad ids, an all-empty row",
+        rows: 2,
+        heads: 6,
+        d: 128,
+        w: 70,
+        s: 100,
+        latents: 30,
+        empty_row: Some(0),
+        bad_ids: true,
+        sel: true,
+    },
 ];
 
 fn below(rng: &mut SplitMix64, n: usize) -> usize {
@@ -112,7 +124,10 @@ fn resolve<'a>(id: i32, c: &AttnCase, sources: [&'a [bf16]; 3]) -> Option<&'a [b
     (src < 3 && row < limit[src]).then(|| &sources[src][row * c.d..(row + 1) * c.d])
 }
 
-fn check_attn_case(gpu: &Gpu, rng: &mut SplitMix64, c: &AttnCase) -> Result<Diff, Error> {
+/// Each path's difference from the CPU, and whether the split path's bits equal the whole kernel's (where it ran).
+type CaseResult = (Vec<(AttnPath, Diff)>, Option<bool>);
+
+fn check_attn_case(gpu: &Gpu, rng: &mut SplitMix64, c: &AttnCase) -> Result<CaseResult, Error> {
     let (rows, heads, d, w, s) = (c.rows, c.heads, c.d, c.w, c.s);
     let q = bf16s(rng, rows * heads * d, 2.0);
     let chunk = bf16s(rng, rows * d, 1.0);
@@ -146,21 +161,40 @@ fn check_attn_case(gpu: &Gpu, rng: &mut SplitMix64, c: &AttnCase) -> Result<Diff
     // An empty selection (s = 0) is uploaded as one unread id, never as a zero-byte copy.
     let sel_host = if sel.is_empty() { vec![KEY_NONE] } else { sel.clone() };
     let (wd, sd, kd) = (gpu.upload(&window)?, gpu.upload(&sel_host)?, gpu.upload(&sink)?);
-    let mut out = poisoned_bf16(gpu, rows * heads * d)?;
     let (cv, rv, lv) = (cd.view(), rd.view(), ld.view());
     let keys = KeyRows { chunk: &cv, ring: &rv, latents: &lv };
     let sv = sd.view();
     let sel_view = c.sel.then_some(&sv);
     let shape = (rows, heads, d, w, s);
-    ops::sparse_attn(gpu, &qd.view(), &keys, &wd.view(), sel_view, &kd.view(), &mut out.view_mut(), shape, scale)?;
-    Ok(diff_bf16(&download_bf16(gpu, &out)?, &want))
+    // The split path runs where head dims are a multiple of 64 (every dsv41 config's 512 among them).
+    let paths: &[AttnPath] = if d % 64 == 0 { &[AttnPath::Whole, AttnPath::Split] } else { &[AttnPath::Whole] };
+    let mut got = Vec::new();
+    for &path in paths {
+        let mut out = poisoned_bf16(gpu, rows * heads * d)?;
+        let (qv, wv, kv) = (qd.view(), wd.view(), kd.view());
+        ops::sparse_attn_on(path, gpu, &qv, &keys, &wv, sel_view, &kv, &mut out.view_mut(), shape, scale)?;
+        let vals = download_bf16(gpu, &out)?;
+        got.push((path, diff_bf16(&vals, &want), vals));
+    }
+    let split_same = match got.as_slice() {
+        [(_, _, whole), (_, _, split)] => Some(whole.iter().zip(split).all(|(a, b)| a.to_bits() == b.to_bits())),
+        _ => None,
+    };
+    Ok((got.into_iter().map(|(p, d, _)| (p, d)).collect(), split_same))
 }
 
 /// Every case of [`ATTN_CASES`], within 2 bf16 ulps of the CPU.
 pub fn check_sparse(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
     for c in &ATTN_CASES {
-        let diff = check_attn_case(gpu, rng, c)?;
-        report.row("sparse_attn", c.name, diff.describe("bf16 ulp (≤ 2)"), diff.pass(2.0));
+        let (diffs, split_same) = check_attn_case(gpu, rng, c)?;
+        for (path, diff) in diffs {
+            let name = format!("{path:?}: {}", c.name);
+            report.row("sparse_attn", &name, diff.describe("bf16 ulp (≤ 2)"), diff.pass(2.0));
+        }
+        if let Some(same) = split_same {
+            let what = if same { "every bit equal" } else { "bits differ" };
+            report.row("sparse_attn", &format!("split == whole: {}", c.name), what.to_string(), same);
+        }
     }
     for (with_sel, name) in
         [(true, "3 lanes of 1, 3, 2 rows; 5, 0, 40 latents; bad ids"), (false, "the same, window only")]

@@ -1,6 +1,7 @@
 //! `sparse_attn` over listed key ids and the compressor's `compress_pool`, in the CPU reference's order of operations.
 
 use super::{In, Out, bytes, grid, int, need};
+use tf_cuda::launch::grid3;
 use crate::cuda::kernels::{ATTN, COMPRESS};
 use cudarc::driver::{DevicePtr, PushKernelArg};
 use tf_cuda::error::DriverResultExt;
@@ -106,6 +107,60 @@ pub fn sparse_attn(
     sel: Option<&In<'_>>,
     sink: &In<'_>,
     out: &mut Out<'_>,
+    dims: (usize, usize, usize, usize, usize),
+    scale: f32,
+) -> Result<(), Error> {
+    sparse_attn_on(AttnPath::Auto, gpu, q, keys, window, sel, sink, out, dims, scale)
+}
+
+/// Which kernels run a `sparse_attn` call; every path gives the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttnPath {
+    /// Split where it fits and the call has few (row, head) blocks, else whole.
+    Auto,
+    /// One block per (row, head): `sparse_attn`.
+    Whole,
+    /// Scores over key tiles, then softmax and p·v over column tiles: `attn_scores` and `attn_pv` (an error where it does not fit).
+    Split,
+}
+
+/// (row, head) pairs up to which [`AttnPath::Auto`] splits: past them the whole kernel already fills the GPU.
+const SPLIT_MAX_PAIRS: usize = 512;
+/// `SCORE_HEADS`, `SCORE_KEYS`, `PV_HEADS` and `PV_COLS` in `kernels/attn.cu`.
+const SCORE_HEADS: usize = 4;
+const SCORE_KEYS: usize = 64;
+const PV_HEADS: usize = 4;
+const PV_COLS: usize = 64;
+
+/// The split path's (`attn_scores`, `attn_pv`) dynamic shared memory, or why it cannot run this call.
+fn split_fit(gpu: &Gpu, keys: &KeyRows<'_>, (d, w, s): (usize, usize, usize)) -> Result<(usize, usize), String> {
+    let (list, aligned) = (w + s, |v: &In<'_>| super::dense::aligned16(gpu, v));
+    if !d.is_multiple_of(PV_COLS) || list == 0 {
+        return Err(format!("head dim {d} is not a multiple of {PV_COLS}, or the key list is empty"));
+    }
+    if !(aligned(keys.chunk) && aligned(keys.ring) && aligned(keys.latents)) {
+        return Err("key rows not 16-byte aligned".into());
+    }
+    let nblk = list.div_ceil(BLOCK);
+    let pv = 8 * list + 4 * (PV_HEADS * list + 3 * PV_HEADS * nblk + PV_HEADS + nblk * PV_HEADS * PV_COLS);
+    let scores = SCORE_HEADS * d * 4;
+    if PV_COLS / 8 * nblk > 1024 || pv.max(scores) > 48 * 1024 {
+        return Err(format!("{list} keys of dim {d} need {pv} bytes of shared memory and {nblk} softmax blocks"));
+    }
+    Ok((scores, pv))
+}
+
+/// [`sparse_attn`] on a chosen path.
+#[allow(clippy::too_many_arguments)]
+pub fn sparse_attn_on(
+    path: AttnPath,
+    gpu: &Gpu,
+    q: &In<'_>,
+    keys: &KeyRows<'_>,
+    window: &In<'_>,
+    sel: Option<&In<'_>>,
+    sink: &In<'_>,
+    out: &mut Out<'_>,
     (rows, heads, d, w, s): (usize, usize, usize, usize, usize),
     scale: f32,
 ) -> Result<(), Error> {
@@ -115,14 +170,46 @@ pub fn sparse_attn(
         LaneKeys { keys: KeyRows { chunk: keys.chunk, ring: keys.ring, latents: keys.latents }, window, sel, rows };
     let latent_rows = check_keys(OP, &lane, (d, w, s))?;
     let Some(smem) = check_call(OP, (q, sink, &*out), (rows, heads, d, w, s))? else { return Ok(()) };
-    let f = gpu.function(&ATTN.spec(&[]), OP)?;
     let (rows_i, heads_i, d_i, w_i) =
         (int(OP, "rows", rows)?, int(OP, "heads", heads)?, int(OP, "d", d)?, int(OP, "w", w)?);
     let (s_i, latent_i) = (int(OP, "s", s)?, int(OP, "latent rows", latent_rows)?);
+    // Without a selection the kernel never reads `sel` (s = 0); any valid pointer stands in.
+    let sel = sel.unwrap_or(window);
+    let fit = split_fit(gpu, keys, (d, w, s));
+    let split = match path {
+        AttnPath::Auto => fit.is_ok() && rows * heads <= SPLIT_MAX_PAIRS,
+        AttnPath::Whole => false,
+        AttnPath::Split => true,
+    };
+    if split {
+        let (smem_scores, smem_pv) = fit.map_err(|what| Error::Launch { op: OP, what })?;
+        let list = w + s;
+        let mut scores = gpu.pool().take(bytes(OP, &[rows, heads, list, 4])?)?;
+        let f = gpu.function(&ATTN.spec(&[]), "attn_scores")?;
+        let mut launch = gpu.stream().launch_builder(&f);
+        let mut sv = scores.view_mut();
+        launch.arg(q).arg(keys.chunk).arg(keys.ring).arg(keys.latents).arg(window).arg(sel).arg(&mut sv);
+        launch.arg(&rows_i).arg(&heads_i).arg(&d_i).arg(&w_i).arg(&s_i).arg(&latent_i).arg(&scale);
+        let g = (list.div_ceil(SCORE_KEYS), heads.div_ceil(SCORE_HEADS), rows);
+        // SAFETY: arguments match `attn_scores(const u16* ×4, const int* ×2, float*, int ×6, float)`; sizes checked above, rows 16-byte aligned and d % 64 == 0 (split_fit), scores hold [rows, heads, w + s].
+        unsafe { launch.launch(grid3(g, SCORE_KEYS as u32, smem_scores)) }
+            .doing(|| format!("launching attn_scores on {rows} rows × {heads} heads × {list} keys"))?;
+        let f = gpu.function(&ATTN.spec(&[]), "attn_pv")?;
+        let mut launch = gpu.stream().launch_builder(&f);
+        let sv = scores.view();
+        launch.arg(&sv).arg(keys.chunk).arg(keys.ring).arg(keys.latents).arg(window).arg(sel).arg(sink).arg(out);
+        launch.arg(&rows_i).arg(&heads_i).arg(&d_i).arg(&w_i).arg(&s_i).arg(&latent_i);
+        let g = (d / PV_COLS, heads.div_ceil(PV_HEADS), rows);
+        let threads = (PV_COLS / 8 * list.div_ceil(BLOCK)) as u32;
+        // SAFETY: arguments match `attn_pv(const float*, const u16* ×3, const int* ×2, const float*, u16*, int ×6)`; as above, and the block has a thread group per softmax block.
+        unsafe { launch.launch(grid3(g, threads, smem_pv)) }
+            .doing(|| format!("launching attn_pv on {rows} rows × {heads} heads × {list} keys"))?;
+        return Ok(());
+    }
+    let f = gpu.function(&ATTN.spec(&[]), OP)?;
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(q).arg(keys.chunk).arg(keys.ring).arg(keys.latents).arg(window);
-    // Without a selection the kernel never reads `sel` (s = 0); any valid pointer stands in.
-    launch.arg(sel.unwrap_or(window)).arg(sink).arg(out);
+    launch.arg(sel).arg(sink).arg(out);
     launch.arg(&rows_i).arg(&heads_i).arg(&d_i).arg(&w_i).arg(&s_i).arg(&latent_i).arg(&scale);
     // SAFETY: arguments match `sparse_attn(const u16* ×4, const int* ×2, const float*, u16*, int ×6, float)`; buffer sizes checked above, and the kernel bounds-checks every key id against the row counts passed.
     unsafe { launch.launch(grid((rows, heads), ATTN_THREADS, smem)) }

@@ -12,7 +12,9 @@ mod norm;
 mod rope;
 mod rows;
 
-pub use attn::{KEY_NONE, KeyRows, KeySource, LaneKeys, compress_pool, key_id, sparse_attn, sparse_attn_rows};
+pub use attn::{
+    AttnPath, KEY_NONE, KeyRows, KeySource, LaneKeys, compress_pool, key_id, sparse_attn, sparse_attn_on, sparse_attn_rows,
+};
 pub use convert::{exp_ln_1p, f32_to_bf16};
 pub use dense::{DENSE_VARIANTS, Io, Sum, dense, dense_defines};
 pub use engram::engram_gate;
