@@ -224,6 +224,29 @@ fp8_gemv(const u8* __restrict__ w, const void* __restrict__ wscale, const u8* __
     }
 }
 
+// 1: y is bf16 (split and wide kernels), each sum rounded to nearest even as tf_core's to_bf16: a linear's bf16 output without a second launch.
+#ifndef FP8_BF16
+#define FP8_BF16 0
+#endif
+
+namespace {
+// f32 -> bf16 bits as tf_core::formats::to_bf16: nearest even; a NaN keeps its sign and payload and turns quiet.
+__device__ __forceinline__ u16 bf16_rne(float x) {
+    const u32 b = __float_as_uint(x);
+    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (u16)((b >> 16) | 0x40u);
+    return (u16)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
+// Output r·n + i of y: the sum itself, or (FP8_BF16) its bf16 rounding.
+__device__ __forceinline__ void store_out(float* y, size_t i, float v) {
+#if FP8_BF16
+    reinterpret_cast<u16*>(y)[i] = bf16_rne(v);
+#else
+    y[i] = v;
+#endif
+}
+}  // namespace
+
 // Split-K knobs (many small blocks keep every SM's loads in flight): outputs per warp, 32-block rounds per load burst, warps.
 #ifndef FP8S_OUTS
 #define FP8S_OUTS 1
@@ -319,7 +342,7 @@ fp8_gemv_split(const u8* __restrict__ w, const void* __restrict__ wscale, const 
     }
     if (lane < SQ) {
         const int o = lane / R, r = lane % R;
-        if (nb + o < n) y[(size_t)r * n + nb + o] = acc;
+        if (nb + o < n) store_out(y, (size_t)r * n + nb + o, acc);
     }
 }
 
@@ -330,21 +353,11 @@ fp8_gemv_split(const u8* __restrict__ w, const void* __restrict__ wscale, const 
 #ifndef FP8W_BURST
 #define FP8W_BURST 4
 #endif
-// 1: y is bf16, each sum rounded to nearest even as tf_core's to_bf16 (a linear's bf16 output without a second launch).
-#ifndef FP8W_BF16
-#define FP8W_BF16 0
-#endif
 static_assert(FP8W_OUTS >= 1 && FP8W_OUTS * FP8_ROWS <= 256, "FP8W_OUTS × FP8_ROWS: one summing thread per (output, row)");
 
 namespace {
 constexpr int WO = FP8W_OUTS, WB = FP8W_BURST, WTHREADS = 256;
 
-// f32 -> bf16 bits as tf_core::formats::to_bf16: nearest even; a NaN keeps its sign and payload and turns quiet.
-__device__ __forceinline__ u16 bf16_rne(float x) {
-    const u32 b = __float_as_uint(x);
-    if ((b & 0x7FFFFFFFu) > 0x7F800000u) return (u16)((b >> 16) | 0x40u);
-    return (u16)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-}
 constexpr int XPAD = 36;  // f32 per staged 32-block: 8 threads reading 16 B at this stride cover the 32 banks once
 }  // namespace
 
@@ -423,10 +436,6 @@ fp8_gemv_wide(const u8* __restrict__ w, const void* __restrict__ wscale, const u
 #pragma unroll
         for (int j = 0; j < 8; ++j)
             if (kb + j < kb_total) acc = __fadd_rn(acc, ahead[j]);
-#if FP8W_BF16
-        reinterpret_cast<u16*>(y)[(size_t)(q % R) * n + n0 + q / R] = bf16_rne(acc);
-#else
-        y[(size_t)(q % R) * n + n0 + q / R] = acc;
-#endif
+        store_out(y, (size_t)(q % R) * n + n0 + q / R, acc);
     }
 }

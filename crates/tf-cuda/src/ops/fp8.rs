@@ -85,7 +85,7 @@ pub fn fp8_wide_smem_bytes(rows: usize, outs: usize, k: usize) -> usize {
 /// Shared memory up to which a wide launch is made (two blocks an SM still fit); past it the wide kernel is not used.
 pub const FP8_WIDE_SMEM: usize = 96 * 1024;
 
-/// [`fp8_gemv`]'s kernel: `wide` for one row where it fits (faster at one row, slower at 4 and 8: perf-notes run 28), else `pipelined`, `tiled` from 64 rows.
+/// [`fp8_gemv`]'s kernel at one row: `split` with four outputs a warp for large N, `wide` for small N where it fits (perf-notes run 28); more rows `pipelined`, `tiled` from 64.
 pub fn fp8_default_kernel(gpu: &Gpu, dims: (usize, usize, usize)) -> Fp8Kernel {
     kernel_for(gpu.sm_count(), dims)
 }
@@ -95,12 +95,15 @@ fn kernel_for(sms: usize, (rows, n, k): (usize, usize, usize)) -> Fp8Kernel {
     if rows >= TILED_ROWS {
         return Fp8Kernel::Tiled;
     }
-    let outs = [8, 4, 2].into_iter().find(|&o| n.div_ceil(o) >= 2 * sms).unwrap_or(2);
-    if rows == 1 && fp8_wide_smem_bytes(1, outs, k) <= FP8_WIDE_SMEM {
-        Fp8Kernel::Wide { outs }
-    } else {
-        Fp8Kernel::Pipelined
+    if rows != 1 {
+        return Fp8Kernel::Pipelined;
     }
+    // N large enough for two blocks of 8 an SM: four outputs a warp beat the wide kernel at all four such shapes timed.
+    if n.div_ceil(8) >= 2 * sms {
+        return Fp8Kernel::Split { outs: 4, unroll: 1, warps: 4 };
+    }
+    let outs = if n.div_ceil(4) >= 2 * sms { 4 } else { 2 };
+    if fp8_wide_smem_bytes(1, outs, k) <= FP8_WIDE_SMEM { Fp8Kernel::Wide { outs } } else { Fp8Kernel::Pipelined }
 }
 
 /// Quantizes `rows × k` bf16 (`x`) to E4M3 `codes` (`rows × k` bytes) and f32 power-of-two `scales` (`rows × k/32`).
@@ -170,7 +173,7 @@ pub fn fp8_gemv_with(
     gemv_launch(gpu, (w, wscale, scale_kind), (codes, scales), y, dims, decode, kernel, false)
 }
 
-/// `y` bf16 `[rows, n]` = [`fp8_gemv`]'s sums rounded to bf16 in the same `fp8_gemv_wide` launch (`kernel` must be `Wide`).
+/// `y` bf16 `[rows, n]` = [`fp8_gemv`]'s sums rounded to bf16 in the same launch (`kernel` must be `Wide` or `Split`).
 #[allow(clippy::too_many_arguments)]
 pub fn fp8_gemv_bf16(
     gpu: &Gpu,
@@ -182,10 +185,10 @@ pub fn fp8_gemv_bf16(
     dims: (usize, usize, usize),
     kernel: Fp8Kernel,
 ) -> Result<(), Error> {
-    if !matches!(kernel, Fp8Kernel::Wide { .. }) {
+    if !matches!(kernel, Fp8Kernel::Wide { .. } | Fp8Kernel::Split { .. }) {
         return Err(Error::Launch {
             op: "fp8_gemv",
-            what: format!("bf16 output needs the wide kernel, not {kernel:?}"),
+            what: format!("bf16 output needs the wide or split kernel, not {kernel:?}"),
         });
     }
     gemv_launch(gpu, (w, wscale, scale_kind), (codes, scales), y, dims, Fp8Decode::Hardware, kernel, true)
@@ -223,6 +226,7 @@ fn gemv_launch(
         let f32_scales = if scale_kind == WeightScale::F32 { "1" } else { "0" };
         let mut defines =
             vec![("FP8_ROWS", group.to_string()), ("FP8_DECODE", bits.into()), ("FP8_WSCALE_F32", f32_scales.into())];
+        defines.push(("FP8_BF16", u8::from(bf16_out).to_string()));
         let (f, cfg) = match kernel {
             Fp8Kernel::Pipelined => {
                 let f = gpu.function(&kernels::FP8_GEMV.spec(&borrow(&defines)), OP)?;
@@ -239,7 +243,6 @@ fn gemv_launch(
                     return Err(Error::Launch { op: OP, what });
                 }
                 defines.push(("FP8W_OUTS", outs.to_string()));
-                defines.push(("FP8W_BF16", u8::from(bf16_out).to_string()));
                 let f = gpu.function(&kernels::FP8_GEMV.spec(&borrow(&defines)), "fp8_gemv_wide")?;
                 let smem = fp8_wide_smem_bytes(group, outs, k);
                 let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -313,16 +316,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_row_takes_the_wide_kernel_with_enough_blocks_and_more_rows_keep_theirs() {
+    fn one_row_takes_split_for_large_n_and_wide_for_small_and_more_rows_keep_theirs() {
         // An H100's 132 SMs: kv (512 outputs) needs 2 a block for 264 blocks, wo_b (5,120) fills them with 8.
         assert_eq!(kernel_for(132, (1, 512, 5120)), Fp8Kernel::Wide { outs: 2 });
         assert_eq!(kernel_for(132, (1, 2048, 5120)), Fp8Kernel::Wide { outs: 4 });
-        assert_eq!(kernel_for(132, (1, 5120, 8192)), Fp8Kernel::Wide { outs: 8 });
+        // From 2,105 outputs (264 blocks of 8: two an SM) four outputs a split warp take over.
+        assert_eq!(kernel_for(132, (1, 2104, 4096)), Fp8Kernel::Wide { outs: 4 });
+        assert_eq!(kernel_for(132, (1, 2105, 4096)), Fp8Kernel::Split { outs: 4, unroll: 1, warps: 4 });
+        assert_eq!(kernel_for(132, (1, 5120, 8192)), Fp8Kernel::Split { outs: 4, unroll: 1, warps: 4 });
         assert_eq!(kernel_for(132, (2, 5120, 8192)), Fp8Kernel::Pipelined);
         assert_eq!(kernel_for(132, (63, 5120, 8192)), Fp8Kernel::Pipelined);
         assert_eq!(kernel_for(132, (TILED_ROWS, 5120, 8192)), Fp8Kernel::Tiled);
         // K past what 96 KiB stages (about 21,000 for one row) falls back rather than failing the launch.
-        assert_eq!(kernel_for(132, (1, 4096, 32768)), Fp8Kernel::Pipelined);
+        assert_eq!(kernel_for(132, (1, 1024, 32768)), Fp8Kernel::Pipelined);
         assert!(fp8_wide_smem_bytes(1, 8, 16384) <= FP8_WIDE_SMEM);
     }
 }

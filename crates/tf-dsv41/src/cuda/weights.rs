@@ -116,8 +116,8 @@ impl Lin8 {
         if let LinW::Fp8 { w, scale } = &self.w {
             let dims = (x.rows, self.n, self.k);
             let kernel = fp8_default_kernel(gpu, dims);
-            // The wide kernel rounds its sums to bf16 itself: one launch instead of the GEMV and a conversion.
-            if matches!(kernel, Fp8Kernel::Wide { .. }) {
+            // The wide and split kernels round their sums to bf16 themselves: one launch instead of the GEMV and a conversion.
+            if matches!(kernel, Fp8Kernel::Wide { .. } | Fp8Kernel::Split { .. }) {
                 let mut y = gpu.pool().take(x.rows * self.n * 2)?;
                 let (codes, scales) = x.fp8(gpu)?;
                 fp8_gemv_bf16(gpu, w, (scale, WeightScale::E8m0), codes, scales, &mut y, dims, kernel)?;

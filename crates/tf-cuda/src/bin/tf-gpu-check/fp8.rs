@@ -159,7 +159,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report, copy_gbps: f6
                 format!("{differ_k}/{} differ, {nan_k} NaN; row 0 alone {alone_k}, bits+f32 {bits_k}", want.len());
             let ok = differ_k == 0 && nan_k == 0 && alone_k && bits_k;
             report.row("fp8_gemv kernels", format!("{case} {}", kernel.label()), result, ok);
-            if matches!(kernel, Fp8Kernel::Wide { .. }) {
+            if matches!(kernel, Fp8Kernel::Wide { .. } | Fp8Kernel::Split { .. }) {
                 // The bf16 output of the same launch: each sum rounded as tf_core's to_bf16.
                 let mut yb = gpu.upload(&vec![0xFFFFu16; p.rows * p.n])?;
                 let dims = (p.rows, p.n, p.k);
