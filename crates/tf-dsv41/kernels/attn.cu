@@ -78,13 +78,38 @@ __device__ __forceinline__ void load_pairs(const unsigned short* const* keys, in
 // Keys a thread's 16-byte value loads run ahead of its adds in pv_wide.
 #define PV_WIDE_AHEAD 16
 
-// Adds key j's eight values (v, bf16) times p[j] to pv[0..8), product and add rounded apart.
-__device__ __forceinline__ void pv_add8(float* pv, float pj, uint4 v) {
-    const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+// Columns c8..c8+8 of key j's value row (16 bytes), or zeros past the block's end j1 or for an empty slot (never added).
+__device__ __forceinline__ uint4 value8(const unsigned short* const* keys, int j, int j1, int c8) {
+    const unsigned short* kr = j < j1 ? keys[j] : nullptr;
+    return kr ? __ldg(reinterpret_cast<const uint4*>(kr + c8)) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+// Softmax block [j0, j1)'s p·v partial for columns c8..c8+8 of H heads (head h's probabilities at p + h·L), values loaded AHEAD keys ahead of their adds; each add the CPU's.
+template <int H, int AHEAD>
+__device__ __forceinline__ void block_pv(const unsigned short* const* keys, const float* p, int L, int j0, int j1, int c8,
+                                         float (&pv)[H][8]) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        pv[2 * i] = __fadd_rn(pv[2 * i], __fmul_rn(pj, widen((unsigned short)(w[i] & 0xFFFF))));
-        pv[2 * i + 1] = __fadd_rn(pv[2 * i + 1], __fmul_rn(pj, widen((unsigned short)(w[i] >> 16))));
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int u = 0; u < 8; ++u) pv[h][u] = 0.0f;
+    uint4 buf[AHEAD];
+#pragma unroll
+    for (int u = 0; u < AHEAD; ++u) buf[u] = value8(keys, j0 + u, j1, c8);
+    for (int j = j0; j < j1; j += AHEAD) {
+#pragma unroll
+        for (int u = 0; u < AHEAD; ++u) {
+            float v[8];
+            unpack(buf[u], static_cast<const bf16_bits*>(nullptr), v);
+            buf[u] = value8(keys, j + AHEAD + u, j1, c8);
+            if (j + u < j1 && keys[j + u]) {
+#pragma unroll
+                for (int h = 0; h < H; ++h) {
+                    const float pj = p[h * L + j + u];
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) pv[h][e] = __fadd_rn(pv[h][e], __fmul_rn(pj, v[e]));
+                }
+            }
+        }
     }
 }
 
@@ -98,28 +123,10 @@ __device__ void pv_wide(const unsigned short* const* keys, const float* p, const
     for (int b0 = 0; b0 < nblk; b0 += NG) {
         const int b = b0 + g;
         if (b < nblk) {
-            float pv[8];
+            float pv[1][8];
+            block_pv<1, PV_WIDE_AHEAD>(keys, p, L, b * BLOCK, min(L, (b + 1) * BLOCK), c8, pv);
 #pragma unroll
-            for (int u = 0; u < 8; ++u) pv[u] = 0.0f;
-            const int j0 = b * BLOCK, j1 = min(L, j0 + BLOCK);
-            uint4 buf[PV_WIDE_AHEAD];
-#pragma unroll
-            for (int u = 0; u < PV_WIDE_AHEAD; ++u) {
-                const unsigned short* kr = j0 + u < j1 ? keys[j0 + u] : nullptr;
-                buf[u] = kr ? __ldg(reinterpret_cast<const uint4*>(kr + c8)) : make_uint4(0u, 0u, 0u, 0u);
-            }
-            for (int j = j0; j < j1; j += PV_WIDE_AHEAD) {
-#pragma unroll
-                for (int u = 0; u < PV_WIDE_AHEAD; ++u) {
-                    const uint4 v = buf[u];
-                    const int jn = j + PV_WIDE_AHEAD + u;
-                    const unsigned short* kn = jn < j1 ? keys[jn] : nullptr;
-                    buf[u] = kn ? __ldg(reinterpret_cast<const uint4*>(kn + c8)) : make_uint4(0u, 0u, 0u, 0u);
-                    if (j + u < j1 && keys[j + u]) pv_add8(pv, p[j + u], v);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 8; ++u) scratch[g * d + c8 + u] = pv[u];
+            for (int u = 0; u < 8; ++u) scratch[g * d + c8 + u] = pv[0][u];
         }
         __syncthreads();
         if (g == 0)
@@ -416,35 +423,7 @@ extern "C" __global__ void attn_pv(const float* __restrict__ scores, const unsig
     const int b = tid / G, cl = (tid % G) * 8, c8 = blockIdx.x * PV_COLS + cl;
     if (b < nblk) {
         float pv[PV_HEADS][8];
-#pragma unroll
-        for (int hh = 0; hh < PV_HEADS; ++hh)
-#pragma unroll
-            for (int u = 0; u < 8; ++u) pv[hh][u] = 0.0f;
-        const int j0 = b * BLOCK, j1 = min(L, j0 + BLOCK);
-        uint4 buf[PV_SPLIT_AHEAD];
-#pragma unroll
-        for (int u = 0; u < PV_SPLIT_AHEAD; ++u) {
-            const unsigned short* kr = j0 + u < j1 ? keys[j0 + u] : nullptr;
-            buf[u] = kr ? __ldg(reinterpret_cast<const uint4*>(kr + c8)) : make_uint4(0u, 0u, 0u, 0u);
-        }
-        for (int j = j0; j < j1; j += PV_SPLIT_AHEAD) {
-#pragma unroll
-            for (int u = 0; u < PV_SPLIT_AHEAD; ++u) {
-                float v[8];
-                unpack(buf[u], chunk, v);
-                const int jn = j + PV_SPLIT_AHEAD + u;
-                const unsigned short* kn = jn < j1 ? keys[jn] : nullptr;
-                buf[u] = kn ? __ldg(reinterpret_cast<const uint4*>(kn + c8)) : make_uint4(0u, 0u, 0u, 0u);
-                if (j + u < j1 && keys[j + u]) {
-#pragma unroll
-                    for (int hh = 0; hh < PV_HEADS; ++hh) {
-                        const float pj = p[hh * L + j + u];
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) pv[hh][e] = __fadd_rn(pv[hh][e], __fmul_rn(pj, v[e]));
-                    }
-                }
-            }
-        }
+        block_pv<PV_HEADS, PV_SPLIT_AHEAD>(keys, p, L, b * BLOCK, min(L, (b + 1) * BLOCK), c8, pv);
 #pragma unroll
         for (int hh = 0; hh < PV_HEADS; ++hh)
 #pragma unroll

@@ -3,7 +3,7 @@
 use super::lane::GpuLane;
 use super::layer::GAttn;
 use super::model::{Call, GpuModel, Shared};
-use super::ops::{self, Io, KeyRows, KeySource, key_id};
+use super::ops::{self, AttnPath, Io, KeyRows, KeySource, key_id};
 use super::weights::{Acts, Buf};
 use crate::config::{AttnMode, LayerRole, RopeKind};
 use tf_core::formats::Fp4Scale;
@@ -201,7 +201,7 @@ impl GpuModel {
                 let (ql, mut ol) =
                     (q.view().slice(at * ow..(at + k.rows) * ow), o.dev_mut().slice_mut(at * ow..(at + k.rows) * ow));
                 let dims = (k.rows, heads, d, w, s);
-                ops::sparse_attn(gpu, &ql, &k.keys, k.window, k.sel, &sink, &mut ol, dims, scale)?;
+                ops::sparse_attn(AttnPath::Auto, gpu, &ql, &k.keys, k.window, k.sel, &sink, &mut ol, dims, scale)?;
                 at += k.rows;
             }
             return Ok(());
@@ -252,6 +252,7 @@ impl GpuModel {
         let dims = (rows, heads, d, w, s);
         let scale = (d as f32).powf(-0.5);
         ops::sparse_attn(
+            AttnPath::Auto,
             gpu,
             &q.view(),
             keys,

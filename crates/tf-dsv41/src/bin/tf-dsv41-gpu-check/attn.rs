@@ -172,7 +172,7 @@ fn check_attn_case(gpu: &Gpu, rng: &mut SplitMix64, c: &AttnCase) -> Result<Case
     for &path in paths {
         let mut out = poisoned_bf16(gpu, rows * heads * d)?;
         let (qv, wv, kv) = (qd.view(), wd.view(), kd.view());
-        ops::sparse_attn_on(path, gpu, &qv, &keys, &wv, sel_view, &kv, &mut out.view_mut(), shape, scale)?;
+        ops::sparse_attn(path, gpu, &qv, &keys, &wv, sel_view, &kv, &mut out.view_mut(), shape, scale)?;
         let vals = download_bf16(gpu, &out)?;
         got.push((path, diff_bf16(&vals, &want), vals));
     }
@@ -231,6 +231,7 @@ fn check_rows(gpu: &Gpu, rng: &mut SplitMix64, with_sel: bool) -> Result<(usize,
         let (mut out, sink) = (poisoned_bf16(gpu, c.rows * heads * d)?, gpu.upload(&vec![0.5f32; heads])?);
         let shape = (c.rows, heads, d, w, s);
         ops::sparse_attn(
+            AttnPath::Auto,
             gpu,
             &qd.view(),
             &keys,

@@ -97,23 +97,7 @@ fn check_call(
     shared_bytes(op, (d, w, s)).map(Some)
 }
 
-/// `attn::sparse::attend` per (row, head): q bf16 `[rows, heads, d]` over key ids i32 `window[rows, w] ++ sel[rows, s]`.
-#[allow(clippy::too_many_arguments)]
-pub fn sparse_attn(
-    gpu: &Gpu,
-    q: &In<'_>,
-    keys: &KeyRows<'_>,
-    window: &In<'_>,
-    sel: Option<&In<'_>>,
-    sink: &In<'_>,
-    out: &mut Out<'_>,
-    dims: (usize, usize, usize, usize, usize),
-    scale: f32,
-) -> Result<(), Error> {
-    sparse_attn_on(AttnPath::Auto, gpu, q, keys, window, sel, sink, out, dims, scale)
-}
-
-/// Which kernels run a `sparse_attn` call; every path gives the same bits.
+/// Which kernels run a [`sparse_attn`] call; every path gives the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttnPath {
     /// Split where it fits and the call has few (row, head) blocks, else whole.
@@ -150,9 +134,9 @@ fn split_fit(gpu: &Gpu, keys: &KeyRows<'_>, (d, w, s): (usize, usize, usize)) ->
     Ok((scores, pv))
 }
 
-/// [`sparse_attn`] on a chosen path.
+/// `attn::sparse::attend` per (row, head) on `path`: q bf16 `[rows, heads, d]` over key ids i32 `window[rows, w] ++ sel[rows, s]`.
 #[allow(clippy::too_many_arguments)]
-pub fn sparse_attn_on(
+pub fn sparse_attn(
     path: AttnPath,
     gpu: &Gpu,
     q: &In<'_>,

@@ -13,7 +13,7 @@ mod rope;
 mod rows;
 
 pub use attn::{
-    AttnPath, KEY_NONE, KeyRows, KeySource, LaneKeys, compress_pool, key_id, sparse_attn, sparse_attn_on, sparse_attn_rows,
+    AttnPath, KEY_NONE, KeyRows, KeySource, LaneKeys, compress_pool, key_id, sparse_attn, sparse_attn_rows,
 };
 pub use convert::{exp_ln_1p, f32_to_bf16};
 pub use dense::{DENSE_VARIANTS, Io, Sum, dense, dense_defines};
