@@ -85,13 +85,16 @@ pub fn fp8_wide_smem_bytes(rows: usize, outs: usize, k: usize) -> usize {
 /// Shared memory up to which a wide launch is made (two blocks an SM still fit); past it the wide kernel is not used.
 pub const FP8_WIDE_SMEM: usize = 96 * 1024;
 
-/// [`fp8_gemv`]'s kernel at one row: `split` with four outputs a warp for large N, `wide` for small N where it fits (perf-notes run 28); more rows `pipelined`, `tiled` from 64.
+/// [`fp8_gemv`]'s kernel: at one row `wide` where it fits (`split` for large N with [`FP8_SPLIT_ONE_ROW`]), more rows `pipelined`, `tiled` from 64.
 pub fn fp8_default_kernel(gpu: &Gpu, dims: (usize, usize, usize)) -> Fp8Kernel {
-    kernel_for(gpu.sm_count(), dims)
+    kernel_for(gpu.sm_count(), dims, FP8_SPLIT_ONE_ROW)
 }
 
-/// [`fp8_default_kernel`] on a device of `sms` multiprocessors.
-fn kernel_for(sms: usize, (rows, n, k): (usize, usize, usize)) -> Fp8Kernel {
+/// Whether one row of large N takes `split` (faster than `wide` at four shapes on an H200, perf-notes run 28): off until a GPU run checks its bf16 output.
+pub const FP8_SPLIT_ONE_ROW: bool = false;
+
+/// [`fp8_default_kernel`] on a device of `sms` multiprocessors, with or without the one-row split pick.
+fn kernel_for(sms: usize, (rows, n, k): (usize, usize, usize), split_one_row: bool) -> Fp8Kernel {
     if rows >= TILED_ROWS {
         return Fp8Kernel::Tiled;
     }
@@ -99,10 +102,10 @@ fn kernel_for(sms: usize, (rows, n, k): (usize, usize, usize)) -> Fp8Kernel {
         return Fp8Kernel::Pipelined;
     }
     // N large enough for two blocks of 8 an SM: four outputs a warp beat the wide kernel at all four such shapes timed.
-    if n.div_ceil(8) >= 2 * sms {
+    if split_one_row && n.div_ceil(8) >= 2 * sms {
         return Fp8Kernel::Split { outs: 4, unroll: 1, warps: 4 };
     }
-    let outs = if n.div_ceil(4) >= 2 * sms { 4 } else { 2 };
+    let outs = [8, 4, 2].into_iter().find(|&o| n.div_ceil(o) >= 2 * sms).unwrap_or(2);
     if fp8_wide_smem_bytes(1, outs, k) <= FP8_WIDE_SMEM { Fp8Kernel::Wide { outs } } else { Fp8Kernel::Pipelined }
 }
 
@@ -316,19 +319,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_row_takes_split_for_large_n_and_wide_for_small_and_more_rows_keep_theirs() {
+    fn one_row_takes_wide_or_split_by_n_and_more_rows_keep_theirs() {
         // An H100's 132 SMs: kv (512 outputs) needs 2 a block for 264 blocks, wo_b (5,120) fills them with 8.
-        assert_eq!(kernel_for(132, (1, 512, 5120)), Fp8Kernel::Wide { outs: 2 });
-        assert_eq!(kernel_for(132, (1, 2048, 5120)), Fp8Kernel::Wide { outs: 4 });
-        // From 2,105 outputs (264 blocks of 8: two an SM) four outputs a split warp take over.
-        assert_eq!(kernel_for(132, (1, 2104, 4096)), Fp8Kernel::Wide { outs: 4 });
-        assert_eq!(kernel_for(132, (1, 2105, 4096)), Fp8Kernel::Split { outs: 4, unroll: 1, warps: 4 });
-        assert_eq!(kernel_for(132, (1, 5120, 8192)), Fp8Kernel::Split { outs: 4, unroll: 1, warps: 4 });
-        assert_eq!(kernel_for(132, (2, 5120, 8192)), Fp8Kernel::Pipelined);
-        assert_eq!(kernel_for(132, (63, 5120, 8192)), Fp8Kernel::Pipelined);
-        assert_eq!(kernel_for(132, (TILED_ROWS, 5120, 8192)), Fp8Kernel::Tiled);
-        // K past what 96 KiB stages (about 21,000 for one row) falls back rather than failing the launch.
-        assert_eq!(kernel_for(132, (1, 1024, 32768)), Fp8Kernel::Pipelined);
+        for split in [false, true] {
+            assert_eq!(kernel_for(132, (1, 512, 5120), split), Fp8Kernel::Wide { outs: 2 });
+            assert_eq!(kernel_for(132, (1, 2048, 5120), split), Fp8Kernel::Wide { outs: 4 });
+            assert_eq!(kernel_for(132, (1, 2104, 4096), split), Fp8Kernel::Wide { outs: 4 });
+            assert_eq!(kernel_for(132, (2, 5120, 8192), split), Fp8Kernel::Pipelined);
+            assert_eq!(kernel_for(132, (63, 5120, 8192), split), Fp8Kernel::Pipelined);
+            assert_eq!(kernel_for(132, (TILED_ROWS, 5120, 8192), split), Fp8Kernel::Tiled);
+            // K past what 96 KiB stages (about 21,000 for one row) falls back rather than failing the launch.
+            assert_eq!(kernel_for(132, (1, 1024, 32768), split), Fp8Kernel::Pipelined);
+        }
+        // From 2,105 outputs (264 blocks of 8: two an SM) the split pick takes four outputs a warp; without it, wide o8.
+        let split4 = Fp8Kernel::Split { outs: 4, unroll: 1, warps: 4 };
+        assert_eq!(kernel_for(132, (1, 2105, 4096), true), split4);
+        assert_eq!(kernel_for(132, (1, 5120, 8192), true), split4);
+        assert_eq!(kernel_for(132, (1, 5120, 8192), false), Fp8Kernel::Wide { outs: 8 });
         assert!(fp8_wide_smem_bytes(1, 8, 16384) <= FP8_WIDE_SMEM);
     }
 }

@@ -30,6 +30,11 @@ pub(crate) struct LaneAttn<'a> {
 
 impl GpuModel {
     /// RMSNorm of `rows` bf16 rows of `dim` into a new buffer.
+    /// `Options::split_attn`: the split kernels where they fit, else one block per (row, head).
+    fn attn_path(&self) -> AttnPath {
+        if self.opts.split_attn { AttnPath::Auto } else { AttnPath::Whole }
+    }
+
     pub(crate) fn norm(&self, x: &Buf, w: &Buf, rows: usize, dim: usize) -> Result<Buf, Error> {
         let mut y = self.gpu.pool().take(rows * dim * 2)?;
         ops::rms_norm(self.gpu, &x.view(), &w.view(), &mut y.view_mut(), rows, dim, self.cfg().norm())?;
@@ -201,7 +206,7 @@ impl GpuModel {
                 let (ql, mut ol) =
                     (q.view().slice(at * ow..(at + k.rows) * ow), o.dev_mut().slice_mut(at * ow..(at + k.rows) * ow));
                 let dims = (k.rows, heads, d, w, s);
-                ops::sparse_attn(AttnPath::Auto, gpu, &ql, &k.keys, k.window, k.sel, &sink, &mut ol, dims, scale)?;
+                ops::sparse_attn(self.attn_path(), gpu, &ql, &k.keys, k.window, k.sel, &sink, &mut ol, dims, scale)?;
                 at += k.rows;
             }
             return Ok(());
@@ -252,7 +257,7 @@ impl GpuModel {
         let dims = (rows, heads, d, w, s);
         let scale = (d as f32).powf(-0.5);
         ops::sparse_attn(
-            AttnPath::Auto,
+            self.attn_path(),
             gpu,
             &q.view(),
             keys,

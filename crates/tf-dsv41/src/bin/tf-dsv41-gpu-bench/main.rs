@@ -108,10 +108,20 @@ fn run() -> Result<Value, String> {
     };
     // TF_BENCH_GRAPHS=0 times direct launches only; 1 (the default) times each batch both ways in this run.
     let modes: &[bool] = if env("TF_BENCH_GRAPHS", 1) == 1 { &[false, true] } else { &[false] };
+    // TF_BENCH_SPLIT_ATTN=0,1 times each batch with `Options::split_attn` off, then on; the rest of the run keeps the last.
+    let splits: Vec<bool> = std::env::var("TF_BENCH_SPLIT_ATTN")
+        .map(|l| l.split(',').filter_map(|v| v.trim().parse::<u8>().ok()).map(|v| v == 1).collect())
+        .unwrap_or_else(|_| vec![model.opts.split_attn]);
     for b in batches {
-        for &graphs in modes {
-            model.graphs = graphs;
-            decode.push(decode_batch(&model, &base, b, ctx, gbps, &mut rng)?);
+        for &split in &splits {
+            model.opts.split_attn = split;
+            println!("[bench] split_attn {split}");
+            for &graphs in modes {
+                model.graphs = graphs;
+                let mut row = decode_batch(&model, &base, b, ctx, gbps, &mut rng)?;
+                row["split_attn"] = split.into();
+                decode.push(row);
+            }
         }
     }
     model.graphs = false;

@@ -1,10 +1,10 @@
 //! `sparse_attn` over listed key ids and the compressor's `compress_pool`, in the CPU reference's order of operations.
 
 use super::{In, Out, bytes, grid, int, need};
-use tf_cuda::launch::grid3;
 use crate::cuda::kernels::{ATTN, COMPRESS};
 use cudarc::driver::{DevicePtr, PushKernelArg};
 use tf_cuda::error::DriverResultExt;
+use tf_cuda::launch::grid3;
 use tf_cuda::{Error, Gpu};
 
 /// An empty slot of a key list: the CPU's `None`, scoring -inf and adding nothing.
