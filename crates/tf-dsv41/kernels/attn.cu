@@ -297,8 +297,7 @@ extern "C" __global__ void sparse_attn_rows(const unsigned short* __restrict__ q
                d, scale);
 }
 
-// The split decode path: few (row, head) blocks leave most SMs idle, so scores and p·v spread over keys and columns.
-// Heads whose queries meet each key row a thread reads (MQA: every head reads the same keys), and keys per block.
+// Split decode path (few (row, head) blocks idle most SMs): heads a thread scores each key row for, once read, and keys a block.
 #define SCORE_HEADS 4
 #define SCORE_KEYS 64
 // Key rows of 16-byte loads in flight in attn_scores.

@@ -29,12 +29,12 @@ pub(crate) struct LaneAttn<'a> {
 }
 
 impl GpuModel {
-    /// RMSNorm of `rows` bf16 rows of `dim` into a new buffer.
     /// `Options::split_attn`: the split kernels where they fit, else one block per (row, head).
     fn attn_path(&self) -> AttnPath {
         if self.opts.split_attn { AttnPath::Auto } else { AttnPath::Whole }
     }
 
+    /// RMSNorm of `rows` bf16 rows of `dim` into a new buffer.
     pub(crate) fn norm(&self, x: &Buf, w: &Buf, rows: usize, dim: usize) -> Result<Buf, Error> {
         let mut y = self.gpu.pool().take(rows * dim * 2)?;
         ops::rms_norm(self.gpu, &x.view(), &w.view(), &mut y.view_mut(), rows, dim, self.cfg().norm())?;
