@@ -193,7 +193,7 @@ pub fn check_sparse(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Res
         }
         if let Some(same) = split_same {
             let what = if same { "every bit equal" } else { "bits differ" };
-            report.row("sparse_attn", &format!("split == whole: {}", c.name), what.to_string(), same);
+            report.row("sparse_attn", format!("split == whole: {}", c.name), what.to_string(), same);
         }
     }
     for (with_sel, name) in
