@@ -351,17 +351,69 @@ attn_scores(const unsigned short* __restrict__ q, const unsigned short* __restri
         if (hh < nh) scores[((size_t)r * heads + h0 + hh) * L + j] = k ? __fmul_rn(acc[hh], scale) : -F32_INF;
 }
 
+// Threads of an attn_softmax block, one block per (row, head).
+#define SOFTMAX_THREADS 256
+
+// Grid (heads, rows): attend_row's softmax over scores[r, h, :] in place (block maxima, the running max's rescales, each block's psum from 0 in key order, the chain over blocks, the sink), probabilities rounded to bf16 after the psums; aux[r, h] gets the nblk rescales, then sum_exp.
+extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS)
+attn_softmax(float* __restrict__ scores, const float* __restrict__ sink, float* __restrict__ aux, int heads, int L) {
+    extern __shared__ __align__(16) float sm[];
+    const int tid = threadIdx.x, nt = blockDim.x, h = blockIdx.x, r = blockIdx.y, nblk = (L + BLOCK - 1) / BLOCK;
+    float* g = scores + ((size_t)r * heads + h) * L;
+    float* out = aux + ((size_t)r * heads + h) * (nblk + 1);
+    float* p = sm;
+    float* run_max = p + L;
+    float* rescale = run_max + nblk;
+    float* psums = rescale + nblk;
+    for (int j = tid; j < L; j += nt) p[j] = g[j];
+    __syncthreads();
+    for (int b = tid; b < nblk; b += nt) {
+        float m = -F32_INF;
+        for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) m = fmaxf(m, p[j]);
+        run_max[b] = m;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        float prev = -1e30f;
+        for (int b = 0; b < nblk; ++b) {
+            const float m = fmaxf(prev, run_max[b]);
+            rescale[b] = prev - m;
+            run_max[b] = m;
+            prev = m;
+        }
+    }
+    __syncthreads();
+    for (int b = tid; b < nblk; b += nt) rescale[b] = exp_rn(rescale[b]);
+    for (int j = tid; j < L; j += nt) p[j] = exp_rn(p[j] - run_max[j / BLOCK]);
+    __syncthreads();
+    // Each block's psum from 0 in key order (independent of the others), then the chain over blocks in order.
+    for (int b = tid; b < nblk; b += nt) {
+        float psum = 0.0f;
+        for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) psum += p[j];
+        psums[b] = psum;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        float total = 0.0f;
+        for (int b = 0; b < nblk; ++b) total = total * rescale[b] + psums[b];
+        const float m = nblk > 0 ? run_max[nblk - 1] : -1e30f;
+        out[nblk] = total + exp_rn(sink[h] - m);
+    }
+    for (int b = tid; b < nblk; b += nt) out[b] = rescale[b];
+    for (int j = tid; j < L; j += nt) g[j] = widen(bf16_rne(p[j]));
+}
+
 // Heads and columns of an attn_pv block (8 columns a thread); its threads are (PV_COLS / 8) × one per softmax block.
 #define PV_HEADS 4
 #define PV_COLS 64
 // Keys a thread's value loads run ahead of its adds in attn_pv.
 #define PV_SPLIT_AHEAD 16
 
-// Grid (d / PV_COLS, ⌈heads/PV_HEADS⌉, rows), block (PV_COLS/8)·nblk: attend_row's softmax over scores[r, h, :] (block maxima, the running max's rescales, psum per block, the chain and the sink, probabilities rounded to bf16), then thread group b forms softmax block b's p·v partial for 8 columns and PV_HEADS heads, and group 0 folds them in block order: every add the CPU's.
-extern "C" __global__ void attn_pv(const float* __restrict__ scores, const unsigned short* __restrict__ chunk,
-                                   const unsigned short* __restrict__ ring, const unsigned short* __restrict__ latents,
-                                   const int* __restrict__ window, const int* __restrict__ sel,
-                                   const float* __restrict__ sink, unsigned short* __restrict__ out, int rows, int heads,
+// Grid (d / PV_COLS, ⌈heads/PV_HEADS⌉, rows), block (PV_COLS/8)·nblk, after attn_softmax (probs: its rounded probabilities, aux its rescales and sum_exp): thread group b forms softmax block b's p·v partial for 8 columns and PV_HEADS heads, and group 0 folds them in block order; every add the CPU's.
+extern "C" __global__ void attn_pv(const float* __restrict__ probs, const float* __restrict__ aux,
+                                   const unsigned short* __restrict__ chunk, const unsigned short* __restrict__ ring,
+                                   const unsigned short* __restrict__ latents, const int* __restrict__ window,
+                                   const int* __restrict__ sel, unsigned short* __restrict__ out, int rows, int heads,
                                    int d, int w, int s, int latent_rows) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int tid = threadIdx.x, nt = blockDim.x;
@@ -369,54 +421,16 @@ extern "C" __global__ void attn_pv(const float* __restrict__ scores, const unsig
     const int nh = min(PV_HEADS, heads - h0);
     const unsigned short** keys = reinterpret_cast<const unsigned short**>(smem);
     float* p = reinterpret_cast<float*>(smem + sizeof(void*) * (size_t)L);  // [PV_HEADS][L]
-    float* run_max = p + PV_HEADS * L;                                       // [PV_HEADS][nblk]
-    float* rescale = run_max + PV_HEADS * nblk;
-    float* psums = rescale + PV_HEADS * nblk;
-    float* sum_exp = psums + PV_HEADS * nblk;                                // [PV_HEADS]
-    float* part = sum_exp + PV_HEADS;                                        // [nblk][PV_HEADS][PV_COLS]
+    float* rs = p + PV_HEADS * L;                                            // [PV_HEADS][nblk + 1]: rescales, sum_exp
+    float* part = rs + PV_HEADS * (nblk + 1);                                // [nblk][PV_HEADS][PV_COLS]
     for (int j = tid; j < L; j += nt) {
         const int id = j < w ? window[(size_t)r * w + j] : sel[(size_t)r * s + j - w];
         keys[j] = resolve(id, chunk, rows, ring, w, latents, latent_rows, d);
     }
-    for (int i = tid; i < PV_HEADS * L; i += nt)
-        p[i] = i / L < nh ? scores[((size_t)r * heads + h0) * L + i] : -F32_INF;
-    __syncthreads();
-    for (int i = tid; i < PV_HEADS * nblk; i += nt) {
-        const int hh = i / nblk, b = i % nblk;
-        float m = -F32_INF;
-        for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) m = fmaxf(m, p[hh * L + j]);
-        run_max[i] = m;
-    }
-    __syncthreads();
-    if (tid < PV_HEADS) {
-        float prev = -1e30f;
-        for (int b = 0; b < nblk; ++b) {
-            const float m = fmaxf(prev, run_max[tid * nblk + b]);
-            rescale[tid * nblk + b] = prev - m;
-            run_max[tid * nblk + b] = m;
-            prev = m;
-        }
-    }
-    __syncthreads();
-    for (int i = tid; i < PV_HEADS * nblk; i += nt) rescale[i] = exp_rn(rescale[i]);
-    for (int i = tid; i < PV_HEADS * L; i += nt) p[i] = exp_rn(p[i] - run_max[(i / L) * nblk + (i % L) / BLOCK]);
-    __syncthreads();
-    // Each block's psum from 0 in key order (independent of the others), then the chain over blocks in order.
-    for (int i = tid; i < PV_HEADS * nblk; i += nt) {
-        const int hh = i / nblk, b = i % nblk;
-        float psum = 0.0f;
-        for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) psum += p[hh * L + j];
-        psums[i] = psum;
-    }
-    __syncthreads();
-    if (tid < PV_HEADS) {
-        float total = 0.0f;
-        for (int b = 0; b < nblk; ++b) total = total * rescale[tid * nblk + b] + psums[tid * nblk + b];
-        const float m = nblk > 0 ? run_max[tid * nblk + nblk - 1] : -1e30f;
-        sum_exp[tid] = total + exp_rn((tid < nh ? sink[h0 + tid] : 0.0f) - m);
-    }
-    __syncthreads();
-    for (int i = tid; i < PV_HEADS * L; i += nt) p[i] = widen(bf16_rne(p[i]));
+    // Heads past the last stand in with zero probabilities (never written).
+    for (int i = tid; i < PV_HEADS * L; i += nt) p[i] = i / L < nh ? probs[((size_t)r * heads + h0) * L + i] : 0.0f;
+    for (int i = tid; i < PV_HEADS * (nblk + 1); i += nt)
+        rs[i] = i / (nblk + 1) < nh ? aux[((size_t)r * heads + h0) * (nblk + 1) + i] : 1.0f;
     __syncthreads();
     constexpr int G = PV_COLS / 8;
     const int b = tid / G, cl = (tid % G) * 8, c8 = blockIdx.x * PV_COLS + cl;
@@ -435,13 +449,15 @@ extern "C" __global__ void attn_pv(const float* __restrict__ scores, const unsig
 #pragma unroll
             for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
             for (int bb = 0; bb < nblk; ++bb) {
-                const float rs = rescale[hh * nblk + bb];
+                const float scale_b = rs[hh * (nblk + 1) + bb];
 #pragma unroll
-                for (int u = 0; u < 8; ++u) acc[u] = __fadd_rn(__fmul_rn(acc[u], rs), part[(bb * PV_HEADS + hh) * PV_COLS + cl + u]);
+                for (int u = 0; u < 8; ++u)
+                    acc[u] = __fadd_rn(__fmul_rn(acc[u], scale_b), part[(bb * PV_HEADS + hh) * PV_COLS + cl + u]);
             }
+            const float sum_exp = rs[hh * (nblk + 1) + nblk];
             unsigned short* orow = out + ((size_t)r * heads + h0 + hh) * d + c8;
 #pragma unroll
-            for (int u = 0; u < 8; ++u) orow[u] = bf16_rne(acc[u] / sum_exp[hh]);
+            for (int u = 0; u < 8; ++u) orow[u] = bf16_rne(acc[u] / sum_exp);
         }
     }
 }

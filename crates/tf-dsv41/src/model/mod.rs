@@ -55,7 +55,7 @@ pub struct Options {
     pub tp_profile: Option<&'static Path>,
     /// CUDA: several lanes' sparse attention, indexer and ring writes in one launch each (on: same bits, checked on an H100; docs/perf-notes.md).
     pub joint_lanes: bool,
-    /// CUDA: decode calls of few (row, head) pairs run sparse attention as `attn_scores` + `attn_pv` (same bits); off until a GPU run checks it.
+    /// CUDA: decode calls of few (row, head) pairs run sparse attention as `attn_scores`, `attn_softmax`, `attn_pv` (same bits); off until a GPU run checks it.
     pub split_attn: bool,
     /// CUDA: calls averaging at least this many routed pairs per FP4 expert run them in tiles of one expert (same bits); 0: never.
     pub group_experts: usize,

@@ -104,7 +104,7 @@ pub enum AttnPath {
     Auto,
     /// One block per (row, head): `sparse_attn`.
     Whole,
-    /// Scores over key tiles, then softmax and p·v over column tiles: `attn_scores` and `attn_pv` (an error where it does not fit).
+    /// Scores over key tiles, softmax per (row, head), p·v over column tiles: `attn_scores`, `attn_softmax`, `attn_pv` (an error where it does not fit).
     Split,
 }
 
@@ -115,9 +115,11 @@ const SCORE_HEADS: usize = 4;
 const SCORE_KEYS: usize = 64;
 const PV_HEADS: usize = 4;
 const PV_COLS: usize = 64;
+/// `SOFTMAX_THREADS` in `kernels/attn.cu`: an `attn_softmax` block, one per (row, head).
+const SOFTMAX_THREADS: u32 = 256;
 
-/// The split path's (`attn_scores`, `attn_pv`) dynamic shared memory, or why it cannot run this call.
-fn split_fit(gpu: &Gpu, keys: &KeyRows<'_>, (d, w, s): (usize, usize, usize)) -> Result<(usize, usize), String> {
+/// Dynamic shared memory of the split path's three kernels (`attn_scores`, `attn_softmax`, `attn_pv`), or why it cannot run this call.
+fn split_fit(gpu: &Gpu, keys: &KeyRows<'_>, (d, w, s): (usize, usize, usize)) -> Result<[usize; 3], String> {
     let (list, aligned) = (w + s, |v: &In<'_>| super::dense::aligned16(gpu, v));
     if !d.is_multiple_of(PV_COLS) || list == 0 {
         return Err(format!("head dim {d} is not a multiple of {PV_COLS}, or the key list is empty"));
@@ -126,12 +128,13 @@ fn split_fit(gpu: &Gpu, keys: &KeyRows<'_>, (d, w, s): (usize, usize, usize)) ->
         return Err("key rows not 16-byte aligned".into());
     }
     let nblk = list.div_ceil(BLOCK);
-    let pv = 8 * list + 4 * (PV_HEADS * list + 3 * PV_HEADS * nblk + PV_HEADS + nblk * PV_HEADS * PV_COLS);
     let scores = SCORE_HEADS * d * 4;
-    if PV_COLS / 8 * nblk > 1024 || pv.max(scores) > 48 * 1024 {
-        return Err(format!("{list} keys of dim {d} need {pv} bytes of shared memory and {nblk} softmax blocks"));
+    let softmax = 4 * (list + 3 * nblk);
+    let pv = 8 * list + 4 * (PV_HEADS * list + PV_HEADS * (nblk + 1) + nblk * PV_HEADS * PV_COLS);
+    if scores.max(softmax).max(pv) > 48 * 1024 {
+        return Err(format!("{list} keys of dim {d} need {pv} bytes of shared memory"));
     }
-    Ok((scores, pv))
+    Ok([scores, softmax, pv])
 }
 
 /// `attn::sparse::attend` per (row, head) on `path`: q bf16 `[rows, heads, d]` over key ids i32 `window[rows, w] ++ sel[rows, s]`.
@@ -166,9 +169,11 @@ pub fn sparse_attn(
         AttnPath::Split => true,
     };
     if split {
-        let (smem_scores, smem_pv) = fit.map_err(|what| Error::Launch { op: OP, what })?;
-        let list = w + s;
+        let [smem_scores, smem_softmax, smem_pv] = fit.map_err(|what| Error::Launch { op: OP, what })?;
+        let (list, nblk) = (w + s, (w + s).div_ceil(BLOCK));
+        let what = |k: &str| format!("launching {k} on {rows} rows × {heads} heads × {list} keys");
         let mut scores = gpu.pool().take(bytes(OP, &[rows, heads, list, 4])?)?;
+        let mut aux = gpu.pool().take(bytes(OP, &[rows, heads, nblk + 1, 4])?)?;
         let f = gpu.function(&ATTN.spec(&[]), "attn_scores")?;
         let mut launch = gpu.stream().launch_builder(&f);
         let mut sv = scores.view_mut();
@@ -176,18 +181,22 @@ pub fn sparse_attn(
         launch.arg(&rows_i).arg(&heads_i).arg(&d_i).arg(&w_i).arg(&s_i).arg(&latent_i).arg(&scale);
         let g = (list.div_ceil(SCORE_KEYS), heads.div_ceil(SCORE_HEADS), rows);
         // SAFETY: arguments match `attn_scores(const u16* ×4, const int* ×2, float*, int ×6, float)`; sizes checked above, rows 16-byte aligned and d % 64 == 0 (split_fit), scores hold [rows, heads, w + s].
-        unsafe { launch.launch(grid3(g, SCORE_KEYS as u32, smem_scores)) }
-            .doing(|| format!("launching attn_scores on {rows} rows × {heads} heads × {list} keys"))?;
+        unsafe { launch.launch(grid3(g, SCORE_KEYS as u32, smem_scores)) }.doing(|| what("attn_scores"))?;
+        let f = gpu.function(&ATTN.spec(&[]), "attn_softmax")?;
+        let mut launch = gpu.stream().launch_builder(&f);
+        let (mut sv, mut av, list_i) = (scores.view_mut(), aux.view_mut(), int(OP, "w + s", list)?);
+        launch.arg(&mut sv).arg(sink).arg(&mut av).arg(&heads_i).arg(&list_i);
+        // SAFETY: arguments match `attn_softmax(float*, const float*, float*, int, int)`; scores hold [rows, heads, w + s], aux [rows, heads, nblk + 1], sink [heads].
+        unsafe { launch.launch(grid((heads, rows), SOFTMAX_THREADS, smem_softmax)) }.doing(|| what("attn_softmax"))?;
         let f = gpu.function(&ATTN.spec(&[]), "attn_pv")?;
         let mut launch = gpu.stream().launch_builder(&f);
-        let sv = scores.view();
-        launch.arg(&sv).arg(keys.chunk).arg(keys.ring).arg(keys.latents).arg(window).arg(sel).arg(sink).arg(out);
+        let (sv, av) = (scores.view(), aux.view());
+        launch.arg(&sv).arg(&av).arg(keys.chunk).arg(keys.ring).arg(keys.latents).arg(window).arg(sel).arg(out);
         launch.arg(&rows_i).arg(&heads_i).arg(&d_i).arg(&w_i).arg(&s_i).arg(&latent_i);
         let g = (d / PV_COLS, heads.div_ceil(PV_HEADS), rows);
-        let threads = (PV_COLS / 8 * list.div_ceil(BLOCK)) as u32;
-        // SAFETY: arguments match `attn_pv(const float*, const u16* ×3, const int* ×2, const float*, u16*, int ×6)`; as above, and the block has a thread group per softmax block.
-        unsafe { launch.launch(grid3(g, threads, smem_pv)) }
-            .doing(|| format!("launching attn_pv on {rows} rows × {heads} heads × {list} keys"))?;
+        let threads = (PV_COLS / 8 * nblk) as u32;
+        // SAFETY: arguments match `attn_pv(const float* ×2, const u16* ×3, const int* ×2, u16*, int ×6)`; as above, and the block has a thread group per softmax block.
+        unsafe { launch.launch(grid3(g, threads, smem_pv)) }.doing(|| what("attn_pv"))?;
         return Ok(());
     }
     let f = gpu.function(&ATTN.spec(&[]), OP)?;
