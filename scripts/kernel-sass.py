@@ -10,8 +10,8 @@ import sys
 import tempfile
 import time
 
-root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-nvrtc_dir = os.path.join(root, "target", "nvrtc", "nvidia", "cu13")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nvrtc_lib  # noqa: E402
 
 EXAMPLE = """example:
   scripts/kernel-sass.py crates/tf-exl3/kernels/exl3.cu --prefix crates/tf-exl3/kernels/exl3_common.cuh \\
@@ -28,27 +28,14 @@ args, defines = ap.parse_known_args()
 if any(not d.startswith("-D") for d in defines):
     sys.exit(f"kernel-sass: unknown arguments {defines}")
 
-try:
-    # NVRTC dlopens its builtins by name: load them first, globally, so that finds them without LD_LIBRARY_PATH.
-    ctypes.CDLL(os.path.join(nvrtc_dir, "lib", "libnvrtc-builtins.so.13.0"), mode=ctypes.RTLD_GLOBAL)
-    lib = ctypes.CDLL(os.path.join(nvrtc_dir, "lib", "libnvrtc.so.13"))
-except OSError as e:
-    sys.exit(f"kernel-sass: {e}; run scripts/install-nvrtc.sh first")
+lib = nvrtc_lib.load("kernel-sass")
 src = "".join(open(p).read() + "\n" for p in args.prefix + [args.source])
-prog = ctypes.c_void_p()
-assert lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"kernel.cu", 0, None, None) == 0
-opts = [f"--gpu-architecture={args.arch}", "--std=c++17", "--fmad=false", "-Xptxas", "-v", f"-I{nvrtc_dir}/include"]
-opts = [o.encode() for o in opts + defines]
 t = time.perf_counter()
-rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+prog, rc, log = nvrtc_lib.compile_program(lib, src, args.arch, ["-Xptxas", "-v"] + defines)
 took = time.perf_counter() - t
-n = ctypes.c_size_t()
-lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
-log = ctypes.create_string_buffer(n.value)
-lib.nvrtcGetProgramLog(prog, log)
-log = log.value.decode()
 if rc != 0:
     sys.exit(log)
+n = ctypes.c_size_t()
 print(f"nvrtc: {took:.2f} s")
 # ptxas prints an entry's name, then its properties; keep the lines of the asked entry.
 keep = args.entry is None

@@ -8,8 +8,10 @@ import re
 import subprocess
 import sys
 
-root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-nvrtc_dir = os.path.join(root, "target", "nvrtc", "nvidia", "cu13")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nvrtc_lib  # noqa: E402
+
+root = nvrtc_lib.root
 
 EXAMPLE = """example:
   scripts/ptx-diff.py e0487f2 crates/tf-dsv41/kernels/attn.cu --prefix crates/tf-dsv41/kernels/common.cuh \\
@@ -29,12 +31,7 @@ args, defines = ap.parse_known_args()
 if any(not d.startswith("-D") for d in defines):
     sys.exit(f"ptx-diff: unknown arguments {defines}")
 
-try:
-    # NVRTC dlopens its builtins by name: load them first, globally, so that finds them without LD_LIBRARY_PATH.
-    ctypes.CDLL(os.path.join(nvrtc_dir, "lib", "libnvrtc-builtins.so.13.0"), mode=ctypes.RTLD_GLOBAL)
-    lib = ctypes.CDLL(os.path.join(nvrtc_dir, "lib", "libnvrtc.so.13"))
-except OSError as e:
-    sys.exit(f"ptx-diff: {e}; run scripts/install-nvrtc.sh first")
+lib = nvrtc_lib.load("ptx-diff")
 
 
 def read(path, rev):
@@ -45,17 +42,10 @@ def read(path, rev):
 
 
 def ptx(src, extra):
-    prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"kernel.cu", 0, None, None) == 0
-    opts = [f"--gpu-architecture={args.arch}", "--std=c++17", "--fmad=false", f"-I{nvrtc_dir}/include"]
-    opts = [o.encode() for o in opts + defines + extra]
-    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
-    n = ctypes.c_size_t()
+    prog, rc, log = nvrtc_lib.compile_program(lib, src, args.arch, defines + extra)
     if rc != 0:
-        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
-        log = ctypes.create_string_buffer(n.value)
-        lib.nvrtcGetProgramLog(prog, log)
-        sys.exit(log.value.decode())
+        sys.exit(log)
+    n = ctypes.c_size_t()
     lib.nvrtcGetPTXSize(prog, ctypes.byref(n))
     out = ctypes.create_string_buffer(n.value)
     lib.nvrtcGetPTX(prog, out)

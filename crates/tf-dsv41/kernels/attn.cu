@@ -142,34 +142,10 @@ __device__ void pv_wide(const unsigned short* const* keys, const float* p, const
         for (int u = 0; u < 8; ++u) orow[c8 + u] = bf16_rne(acc[u] / sum_exp);
 }
 
-// One (row, head): a key list of window[0..w) then sel[0..s), as the CPU forward builds it. Dynamic shared: q f32 [d], per key its row pointer and score (later probability), per block its max and rescale.
-__device__ void attend_row(const unsigned short* __restrict__ qrow, unsigned short* __restrict__ orow,
-                           const unsigned short* __restrict__ chunk, int chunk_rows,
-                           const unsigned short* __restrict__ ring, const unsigned short* __restrict__ latents,
-                           int latent_rows, const int* __restrict__ window, const int* __restrict__ sel, int w, int s,
-                           float sink_h, int d, float scale) {
-    extern __shared__ __align__(16) unsigned char smem[];
+// attend_row's softmax over p[0..L) in shared memory, by the whole block: block maxima, the running max's rescales, each softmax block's psum from 0 in key order (independent of the others), the chain over blocks and the sink into *sum_exp; p keeps the unrounded exps.
+__device__ void softmax_block(float* p, int L, int nblk, float* run_max, float* rescale, float* psums, float sink_h,
+                              float* sum_exp) {
     const int tid = threadIdx.x, nt = blockDim.x;
-    const int L = w + s;
-    const int nblk = (L + BLOCK - 1) / BLOCK;
-    const unsigned short** keys = reinterpret_cast<const unsigned short**>(smem);
-    float* qf = reinterpret_cast<float*>(smem + sizeof(void*) * (size_t)L);
-    float* p = qf + d;
-    float* run_max = p + L;
-    float* rescale = run_max + nblk;
-    __shared__ float sum_exp;
-
-    for (int c = tid; c < d; c += nt) qf[c] = widen(qrow[c]);
-    for (int j = tid; j < L; j += nt) {
-        const int id = j < w ? window[j] : sel[j - w];
-        keys[j] = resolve(id, chunk, chunk_rows, ring, w, latents, latent_rows, d);
-    }
-    __syncthreads();
-
-    // Scores of every listed key; an empty slot scores -inf as the CPU's None does.
-    for (int j = tid; j < L; j += nt) p[j] = keys[j] ? dot_seq(qf, keys[j], d) * scale : -F32_INF;
-    __syncthreads();
-
     // Block maxima in parallel; max is exact, so folding them after equals the CPU's fold from the previous max.
     for (int b = tid; b < nblk; b += nt) {
         float m = -F32_INF;
@@ -190,29 +166,52 @@ __device__ void attend_row(const unsigned short* __restrict__ qrow, unsigned sho
     for (int b = tid; b < nblk; b += nt) rescale[b] = exp_rn(rescale[b]);
     for (int j = tid; j < L; j += nt) p[j] = exp_rn(p[j] - run_max[j / BLOCK]);
     __syncthreads();
-
-    // The normalizer in the CPU's order: psum per block sequentially, then the rescaled chain, then the sink.
-    if (tid == 0) {
-        float total = 0.0f;
-        for (int b = 0; b < nblk; ++b) {
-            float psum = 0.0f;
-            const int j1 = min(L, (b + 1) * BLOCK);
-            int j = b * BLOCK;
-            // Sixteen loads before their sixteen in-order adds, so shared-memory latency is paid once per sixteen.
-            for (; j + 16 <= j1; j += 16) {
-                float v[16];
-#pragma unroll
-                for (int u = 0; u < 16; ++u) v[u] = p[j + u];
-#pragma unroll
-                for (int u = 0; u < 16; ++u) psum += v[u];
-            }
-            for (; j < j1; ++j) psum += p[j];
-            total = total * rescale[b] + psum;
-        }
-        const float m = nblk > 0 ? run_max[nblk - 1] : -1e30f;
-        sum_exp = total + exp_rn(sink_h - m);
+    for (int b = tid; b < nblk; b += nt) {
+        float psum = 0.0f;
+        for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) psum += p[j];
+        psums[b] = psum;
     }
     __syncthreads();
+    // The normalizer in the CPU's order: the rescaled chain of the block psums, then the sink.
+    if (tid == 0) {
+        float total = 0.0f;
+        for (int b = 0; b < nblk; ++b) total = total * rescale[b] + psums[b];
+        const float m = nblk > 0 ? run_max[nblk - 1] : -1e30f;
+        *sum_exp = total + exp_rn(sink_h - m);
+    }
+    __syncthreads();
+}
+
+// One (row, head): a key list of window[0..w) then sel[0..s), as the CPU forward builds it. Dynamic shared: q f32 [d], per key its row pointer and score (later probability), per block its max, rescale and psum.
+__device__ void attend_row(const unsigned short* __restrict__ qrow, unsigned short* __restrict__ orow,
+                           const unsigned short* __restrict__ chunk, int chunk_rows,
+                           const unsigned short* __restrict__ ring, const unsigned short* __restrict__ latents,
+                           int latent_rows, const int* __restrict__ window, const int* __restrict__ sel, int w, int s,
+                           float sink_h, int d, float scale) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int tid = threadIdx.x, nt = blockDim.x;
+    const int L = w + s;
+    const int nblk = (L + BLOCK - 1) / BLOCK;
+    const unsigned short** keys = reinterpret_cast<const unsigned short**>(smem);
+    float* qf = reinterpret_cast<float*>(smem + sizeof(void*) * (size_t)L);
+    float* p = qf + d;
+    float* run_max = p + L;
+    float* rescale = run_max + nblk;
+    float* psums = rescale + nblk;
+    __shared__ float sum_exp;
+
+    for (int c = tid; c < d; c += nt) qf[c] = widen(qrow[c]);
+    for (int j = tid; j < L; j += nt) {
+        const int id = j < w ? window[j] : sel[j - w];
+        keys[j] = resolve(id, chunk, chunk_rows, ring, w, latents, latent_rows, d);
+    }
+    __syncthreads();
+
+    // Scores of every listed key; an empty slot scores -inf as the CPU's None does.
+    for (int j = tid; j < L; j += nt) p[j] = keys[j] ? dot_seq(qf, keys[j], d) * scale : -F32_INF;
+    __syncthreads();
+
+    softmax_block(p, L, nblk, run_max, rescale, psums, sink_h, &sum_exp);
     // Probabilities enter p·v rounded to bf16; this pass runs after the psum above has read them unrounded.
     for (int j = tid; j < L; j += nt) p[j] = widen(bf16_rne(p[j]));
     __syncthreads();
@@ -367,38 +366,7 @@ attn_softmax(float* __restrict__ scores, const float* __restrict__ sink, float* 
     float* psums = rescale + nblk;
     for (int j = tid; j < L; j += nt) p[j] = g[j];
     __syncthreads();
-    for (int b = tid; b < nblk; b += nt) {
-        float m = -F32_INF;
-        for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) m = fmaxf(m, p[j]);
-        run_max[b] = m;
-    }
-    __syncthreads();
-    if (tid == 0) {
-        float prev = -1e30f;
-        for (int b = 0; b < nblk; ++b) {
-            const float m = fmaxf(prev, run_max[b]);
-            rescale[b] = prev - m;
-            run_max[b] = m;
-            prev = m;
-        }
-    }
-    __syncthreads();
-    for (int b = tid; b < nblk; b += nt) rescale[b] = exp_rn(rescale[b]);
-    for (int j = tid; j < L; j += nt) p[j] = exp_rn(p[j] - run_max[j / BLOCK]);
-    __syncthreads();
-    // Each block's psum from 0 in key order (independent of the others), then the chain over blocks in order.
-    for (int b = tid; b < nblk; b += nt) {
-        float psum = 0.0f;
-        for (int j = b * BLOCK; j < min(L, (b + 1) * BLOCK); ++j) psum += p[j];
-        psums[b] = psum;
-    }
-    __syncthreads();
-    if (tid == 0) {
-        float total = 0.0f;
-        for (int b = 0; b < nblk; ++b) total = total * rescale[b] + psums[b];
-        const float m = nblk > 0 ? run_max[nblk - 1] : -1e30f;
-        out[nblk] = total + exp_rn(sink[h] - m);
-    }
+    softmax_block(p, L, nblk, run_max, rescale, psums, sink[h], out + nblk);
     for (int b = tid; b < nblk; b += nt) out[b] = rescale[b];
     for (int j = tid; j < L; j += nt) g[j] = widen(bf16_rne(p[j]));
 }

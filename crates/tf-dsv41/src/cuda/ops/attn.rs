@@ -68,7 +68,7 @@ fn check_keys(op: &'static str, k: &LaneKeys<'_>, (d, w, s): (usize, usize, usiz
 /// Dynamic shared memory of a (row, head) block over `w + s` keys of dim `d`, or an error past the limit.
 fn shared_bytes(op: &'static str, (d, w, s): (usize, usize, usize)) -> Result<usize, Error> {
     let list = w.checked_add(s).ok_or_else(|| Error::Launch { op, what: format!("w + s = {w} + {s}") })?;
-    let smem = bytes(op, &[list, 12])? + bytes(op, &[d, 4])? + bytes(op, &[list.div_ceil(BLOCK), 8])?;
+    let smem = bytes(op, &[list, 12])? + bytes(op, &[d, 4])? + bytes(op, &[list.div_ceil(BLOCK), 12])?;
     if smem > SMEM_LIMIT {
         let what = format!("{list} keys of dim {d} need {smem} bytes of shared memory, over {SMEM_LIMIT}");
         return Err(Error::Launch { op, what });
