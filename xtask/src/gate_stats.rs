@@ -13,7 +13,12 @@ pub struct RowScore {
     pub hit_cand: bool,
     pub nll_exact: f64,
     pub nll_cand: f64,
+    /// The exact path's own top-1 probability: how sure the model is at this row.
+    pub p_top1: f64,
 }
+
+/// Rows whose exact top-1 probability is at least this count as sure: a change of order rarely flips them (docs/numerics.md).
+pub const SURE: f64 = 0.5;
 
 /// Log-softmax in f64 (one max, one sum), so the statistics add no rounding of their own worth measuring.
 pub fn log_softmax64(x: &[f32]) -> Vec<f64> {
@@ -34,6 +39,7 @@ pub fn score_row(exact: &[f32], cand: &[f32], next: u32) -> RowScore {
         hit_cand: gc == next,
         nll_exact: -lp[next as usize],
         nll_cand: -lq[next as usize],
+        p_top1: lp[ge as usize].exp(),
     }
 }
 
@@ -46,6 +52,8 @@ pub struct Tally {
     hit_cand: usize,
     nll_exact: f64,
     nll_cand: f64,
+    sure: usize,
+    agree_sure: usize,
 }
 
 /// What a tally reports.
@@ -60,6 +68,10 @@ pub struct Summary {
     pub top1_cand: f64,
     pub nll_exact: f64,
     pub nll_cand: f64,
+    /// Share of rows whose exact top-1 probability is at least [`SURE`], and the agreement on those and on the rest.
+    pub sure: f64,
+    pub agreement_sure: f64,
+    pub agreement_unsure: f64,
 }
 
 impl Tally {
@@ -70,6 +82,10 @@ impl Tally {
         self.hit_cand += usize::from(r.hit_cand);
         self.nll_exact += r.nll_exact;
         self.nll_cand += r.nll_cand;
+        if r.p_top1 >= SURE {
+            self.sure += 1;
+            self.agree_sure += usize::from(r.agree);
+        }
     }
 
     pub fn summary(&self) -> Summary {
@@ -87,8 +103,16 @@ impl Tally {
             top1_cand: per(self.hit_cand as f64),
             nll_exact: per(self.nll_exact),
             nll_cand: per(self.nll_cand),
+            sure: per(self.sure as f64),
+            agreement_sure: ratio(self.agree_sure, self.sure),
+            agreement_unsure: ratio(self.agree - self.agree_sure, n - self.sure),
         }
     }
+}
+
+/// `a / b`, 0 for no rows.
+fn ratio(a: usize, b: usize) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
 }
 
 /// The nearest-rank quantile of sorted values (0 for none).
@@ -104,13 +128,14 @@ impl Summary {
     pub fn to_json(self) -> Value {
         json!({"positions": self.positions, "kl_mean": self.kl_mean, "kl_p99": self.kl_p99, "kl_max": self.kl_max,
             "greedy_agreement": self.agreement, "top1_exact": self.top1_exact, "top1_candidate": self.top1_cand,
-            "nll_exact": self.nll_exact, "nll_candidate": self.nll_cand})
+            "nll_exact": self.nll_exact, "nll_candidate": self.nll_cand, "sure_share": self.sure,
+            "agreement_sure": self.agreement_sure, "agreement_unsure": self.agreement_unsure})
     }
 
     /// One line for the terminal.
     pub fn line(self, name: &str) -> String {
         format!(
-            "{name:<8} {:>6} pos  KL mean {:.3e} p99 {:.3e} max {:.3e}  agree {:.4}  top-1 {:.4} → {:.4}  NLL {:.4} → {:.4}",
+            "{name:<8} {:>6} pos  KL mean {:.3e} p99 {:.3e} max {:.3e}  agree {:.4}  top-1 {:.4} → {:.4}  NLL {:.4} → {:.4}  sure {:.3} (agree {:.4} / {:.4})",
             self.positions,
             self.kl_mean,
             self.kl_p99,
@@ -119,7 +144,10 @@ impl Summary {
             self.top1_exact,
             self.top1_cand,
             self.nll_exact,
-            self.nll_cand
+            self.nll_cand,
+            self.sure,
+            self.agreement_sure,
+            self.agreement_unsure
         )
     }
 }
@@ -230,6 +258,8 @@ mod tests {
         let l = [1.0f32, 3.0, -2.0, 3.0];
         let r = score_row(&l, &l, 1);
         assert_eq!((r.kl, r.agree, r.hit_exact, r.hit_cand), (0.0, true, true, true));
+        // Two logits of 3 tie for the top: each holds under half of the mass, so the row is not sure.
+        assert!(r.p_top1 < SURE && r.p_top1 > 0.4, "{}", r.p_top1);
         assert_eq!(r.nll_exact, r.nll_cand);
         assert!((r.nll_exact - (1.0 + (-2.0f64).exp() + 1.0 + (-5.0f64).exp()).ln()).abs() < 1e-12);
     }
@@ -255,11 +285,14 @@ mod tests {
                 hit_cand: i < 90,
                 nll_exact: 1.0,
                 nll_cand: 1.5,
+                // Rows 0..40 sure; of them the even ones agree (20), of the other 60 rows 30.
+                p_top1: if i < 40 { 0.75 } else { 0.25 },
             };
             t.push(r);
         }
         let s = t.summary();
         assert_eq!((s.positions, s.kl_mean, s.kl_p99, s.kl_max), (100, 49.5, 98.0, 99.0));
+        assert_eq!((s.sure, s.agreement_sure, s.agreement_unsure), (0.4, 0.5, 0.5));
         assert_eq!((s.agreement, s.top1_exact, s.top1_cand), (0.5, 1.0, 0.9));
         let th = Thresholds { max_top1_drop: Some(0.01), max_nll_increase: Some(0.6), ..Thresholds::default() };
         let f = th.failures(&s);
