@@ -119,13 +119,19 @@ const PV_COLS: usize = 64;
 const SOFTMAX_THREADS: u32 = 256;
 
 /// Dynamic shared memory of the split path's three kernels (`attn_scores`, `attn_softmax`, `attn_pv`), or why it cannot run this call.
-fn split_fit(gpu: &Gpu, keys: &KeyRows<'_>, (d, w, s): (usize, usize, usize)) -> Result<[usize; 3], String> {
-    let (list, aligned) = (w + s, |v: &In<'_>| super::dense::aligned16(gpu, v));
-    if !d.is_multiple_of(PV_COLS) || list == 0 {
-        return Err(format!("head dim {d} is not a multiple of {PV_COLS}, or the key list is empty"));
-    }
+fn split_fit(gpu: &Gpu, keys: &KeyRows<'_>, dims: (usize, usize, usize)) -> Result<[usize; 3], String> {
+    let aligned = |v: &In<'_>| super::dense::aligned16(gpu, v);
     if !(aligned(keys.chunk) && aligned(keys.ring) && aligned(keys.latents)) {
         return Err("key rows not 16-byte aligned".into());
+    }
+    split_smem(dims)
+}
+
+/// [`split_fit`]'s shapes: head dims a multiple of 64, a key list, and each kernel's shared memory under 48 KiB.
+fn split_smem((d, w, s): (usize, usize, usize)) -> Result<[usize; 3], String> {
+    let list = w + s;
+    if !d.is_multiple_of(PV_COLS) || list == 0 {
+        return Err(format!("head dim {d} is not a multiple of {PV_COLS}, or the key list is empty"));
     }
     let nblk = list.div_ceil(BLOCK);
     let scores = SCORE_HEADS * d * 4;
@@ -277,4 +283,23 @@ pub fn compress_pool(
     // SAFETY: arguments match `compress_pool(const float*, const float*, u16*, int, int)`; sizes checked above.
     unsafe { launch.launch(cfg) }.doing(|| format!("launching {OP} on {groups} groups of {ratio} × {d}"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_split_path_takes_dsv41_decode_and_refuses_what_its_kernels_cannot_hold() {
+        // V4.1's decode list: 128 window + 512 selected keys of dim 512, ten softmax blocks.
+        let [scores, softmax, pv] = split_smem((512, 128, 512)).unwrap();
+        assert_eq!(scores, 4 * 512 * 4);
+        assert_eq!(softmax, 4 * (640 + 30));
+        assert_eq!(pv, 8 * 640 + 4 * (4 * 640 + 4 * 11 + 10 * 4 * 64));
+        assert!(split_smem((96, 70, 30)).is_err(), "96 is no multiple of the 64-column tile");
+        assert!(split_smem((128, 0, 0)).is_err(), "an empty list has no softmax block");
+        // 2,176 keys: 34 blocks of p·v partials (34 KiB) plus probabilities and pointers pass 48 KiB.
+        assert!(split_smem((512, 128, 2048)).is_err());
+        assert!(split_smem((512, 128, 1024)).is_ok());
+    }
 }
