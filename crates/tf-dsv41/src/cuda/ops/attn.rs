@@ -168,14 +168,14 @@ pub fn sparse_attn(
     let (s_i, latent_i) = (int(OP, "s", s)?, int(OP, "latent rows", latent_rows)?);
     // Without a selection the kernel never reads `sel` (s = 0); any valid pointer stands in.
     let sel = sel.unwrap_or(window);
-    let fit = split_fit(gpu, keys, (d, w, s));
+    // The whole kernel's path (the default) asks nothing of the split one.
     let split = match path {
-        AttnPath::Auto => fit.is_ok() && rows * heads <= SPLIT_MAX_PAIRS,
-        AttnPath::Whole => false,
-        AttnPath::Split => true,
+        AttnPath::Whole => None,
+        AttnPath::Auto if rows * heads > SPLIT_MAX_PAIRS => None,
+        AttnPath::Auto => split_fit(gpu, keys, (d, w, s)).ok(),
+        AttnPath::Split => Some(split_fit(gpu, keys, (d, w, s)).map_err(|what| Error::Launch { op: OP, what })?),
     };
-    if split {
-        let [smem_scores, smem_softmax, smem_pv] = fit.map_err(|what| Error::Launch { op: OP, what })?;
+    if let Some([smem_scores, smem_softmax, smem_pv]) = split {
         let (list, nblk) = (w + s, (w + s).div_ceil(BLOCK));
         let what = |k: &str| format!("launching {k} on {rows} rows × {heads} heads × {list} keys");
         let mut scores = gpu.pool().take(bytes(OP, &[rows, heads, list, 4])?)?;
