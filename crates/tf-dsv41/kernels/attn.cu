@@ -17,6 +17,14 @@ __device__ __forceinline__ const unsigned short* resolve(int id, const unsigned 
     return nullptr;
 }
 
+// Key j of a row's list (its window ids, then sel's) as the key's row, null for an empty or bad id.
+__device__ __forceinline__ const unsigned short* list_key(const int* window, const int* sel, int w, int j,
+                                                          const unsigned short* chunk, int chunk_rows,
+                                                          const unsigned short* ring, const unsigned short* latents,
+                                                          int latent_rows, int d) {
+    return resolve(j < w ? window[j] : sel[j - w], chunk, chunk_rows, ring, w, latents, latent_rows, d);
+}
+
 // Adds the eight bf16 of `v` times q[0..8) to acc in order, product and add rounded apart.
 __device__ __forceinline__ float dot8(float acc, const float* __restrict__ q, uint4 v) {
     const unsigned int w[4] = {v.x, v.y, v.z, v.w};
@@ -202,8 +210,7 @@ __device__ void attend_row(const unsigned short* __restrict__ qrow, unsigned sho
 
     for (int c = tid; c < d; c += nt) qf[c] = widen(qrow[c]);
     for (int j = tid; j < L; j += nt) {
-        const int id = j < w ? window[j] : sel[j - w];
-        keys[j] = resolve(id, chunk, chunk_rows, ring, w, latents, latent_rows, d);
+        keys[j] = list_key(window, sel, w, j, chunk, chunk_rows, ring, latents, latent_rows, d);
     }
     __syncthreads();
 
@@ -315,8 +322,8 @@ attn_scores(const unsigned short* __restrict__ q, const unsigned short* __restri
     __syncthreads();
     const int j = blockIdx.x * SCORE_KEYS + threadIdx.x;
     if (j >= L) return;
-    const int id = j < w ? window[(size_t)r * w + j] : sel[(size_t)r * s + j - w];
-    const unsigned short* k = resolve(id, chunk, rows, ring, w, latents, latent_rows, d);
+    const unsigned short* k =
+        list_key(window + (size_t)r * w, sel + (size_t)r * s, w, j, chunk, rows, ring, latents, latent_rows, d);
     float acc[SCORE_HEADS];
 #pragma unroll
     for (int hh = 0; hh < SCORE_HEADS; ++hh) acc[hh] = -0.0f;
@@ -392,8 +399,8 @@ extern "C" __global__ void attn_pv(const float* __restrict__ probs, const float*
     float* rs = p + PV_HEADS * L;                                            // [PV_HEADS][nblk + 1]: rescales, sum_exp
     float* part = rs + PV_HEADS * (nblk + 1);                                // [nblk][PV_HEADS][PV_COLS]
     for (int j = tid; j < L; j += nt) {
-        const int id = j < w ? window[(size_t)r * w + j] : sel[(size_t)r * s + j - w];
-        keys[j] = resolve(id, chunk, rows, ring, w, latents, latent_rows, d);
+        keys[j] =
+            list_key(window + (size_t)r * w, sel + (size_t)r * s, w, j, chunk, rows, ring, latents, latent_rows, d);
     }
     // Heads past the last stand in with zero probabilities (never written).
     for (int i = tid; i < PV_HEADS * L; i += nt) p[i] = i / L < nh ? probs[((size_t)r * heads + h0) * L + i] : 0.0f;
