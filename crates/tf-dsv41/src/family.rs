@@ -18,6 +18,31 @@ fn first_drafts(d: crate::model::Drafts, max: usize) -> tf_family::Draft {
     tf_family::Draft { tokens: d.tokens[..n].to_vec(), confidence: d.confidence[..n].to_vec() }
 }
 
+/// Lanes that would draft alone draft together through `many`; the others (no room, no prompt yet) answer as alone.
+fn draft_together<F: Family<Error = Error>, E>(
+    fam: &F,
+    (lanes, next, max): (&mut [&mut F::Lane], &[u32], &[usize]),
+    pos: impl Fn(&F::Lane) -> usize,
+    many: impl FnOnce(&mut [&mut F::Lane], &[u32]) -> Result<Vec<crate::model::Drafts>, E>,
+) -> Vec<Result<Option<tf_family::Draft>, Error>> {
+    let together: Vec<usize> = (0..lanes.len()).filter(|&i| max[i] > 0 && pos(lanes[i]) > 0).collect();
+    if !fam.drafts() || together.len() < 2 {
+        return lanes.iter_mut().zip(next).zip(max).map(|((l, &n), &m)| fam.draft(l, n, m)).collect();
+    }
+    let mut out: Vec<Option<Result<Option<tf_family::Draft>, Error>>> = (0..lanes.len()).map(|_| None).collect();
+    let nexts: Vec<u32> = together.iter().map(|&i| next[i]).collect();
+    let mut sel: Vec<&mut F::Lane> =
+        lanes.iter_mut().enumerate().filter(|(i, _)| together.contains(i)).map(|(_, l)| &mut **l).collect();
+    // It fails only before any lane moves (a token outside the vocabulary): each lane then answers alone.
+    if let Ok(drafts) = many(&mut sel, &nexts) {
+        for (&i, d) in together.iter().zip(drafts) {
+            out[i] = Some(Ok(Some(first_drafts(d, max[i]))));
+        }
+    }
+    let each = lanes.iter_mut().zip(next).zip(max).zip(out);
+    each.map(|(((l, &n), &m), o)| o.unwrap_or_else(|| fam.draft(l, n, m))).collect()
+}
+
 /// dsv41's read-ahead after a lane's n-gram history (`None`: a fresh lane's); only tables read from disk (`--engram-io mmap|direct`) are fetched, mapped ones are in memory.
 fn dsv41_prefetch<M: crate::plan::Backend>(
     m: &M,
@@ -208,23 +233,8 @@ impl Family for crate::Model {
         next: &[u32],
         max: &[usize],
     ) -> Vec<Result<Option<tf_family::Draft>, Error>> {
-        // Lanes that would draft alone draft together; the others (no room, no prompt yet) answer as alone.
-        let together: Vec<usize> = (0..lanes.len()).filter(|&i| max[i] > 0 && lanes[i].pos > 0).collect();
-        if !Family::drafts(self) || together.len() < 2 {
-            return lanes.iter_mut().zip(next).zip(max).map(|((l, &n), &m)| Family::draft(self, l, n, m)).collect();
-        }
-        let mut out: Vec<Option<Result<Option<tf_family::Draft>, Error>>> = (0..lanes.len()).map(|_| None).collect();
-        let nexts: Vec<u32> = together.iter().map(|&i| next[i]).collect();
-        let mut sel: Vec<&mut crate::state::SeqState> =
-            lanes.iter_mut().enumerate().filter(|(i, _)| together.contains(i)).map(|(_, l)| &mut **l).collect();
-        // It fails only before any lane moves (a token outside the vocabulary): each lane then answers alone.
-        if let Ok(drafts) = crate::Model::draft_lanes(self, &mut sel, &nexts) {
-            for (&i, d) in together.iter().zip(drafts) {
-                out[i] = Some(Ok(Some(first_drafts(d, max[i]))));
-            }
-        }
-        let each = lanes.iter_mut().zip(next).zip(max).zip(out);
-        each.map(|(((l, &n), &m), o)| o.unwrap_or_else(|| Family::draft(self, l, n, m))).collect()
+        let many = |sel: &mut [&mut crate::state::SeqState], n: &[u32]| crate::Model::draft_lanes(self, sel, n);
+        draft_together(self, (lanes, next, max), |l| l.pos, many)
     }
 
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
@@ -279,6 +289,16 @@ impl Family for crate::cuda::GpuModel {
             return Ok(None);
         }
         Ok(Some(first_drafts(crate::cuda::GpuModel::draft(self, lane, next)?, max)))
+    }
+
+    fn draft_lanes(
+        &self,
+        lanes: &mut [&mut Self::Lane],
+        next: &[u32],
+        max: &[usize],
+    ) -> Vec<Result<Option<tf_family::Draft>, Error>> {
+        let many = |sel: &mut [&mut crate::cuda::GpuLane], n: &[u32]| crate::cuda::GpuModel::draft_lanes(self, sel, n);
+        draft_together(self, (lanes, next, max), |l| l.pos, many)
     }
 
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {

@@ -30,7 +30,7 @@ pub(crate) struct LaneAttn<'a> {
 
 impl GpuModel {
     /// `Options::split_attn`: the split kernels where they fit, else one block per (row, head).
-    fn attn_path(&self) -> AttnPath {
+    pub(super) fn attn_path(&self) -> AttnPath {
         if self.opts.split_attn { AttnPath::Auto } else { AttnPath::Whole }
     }
 
@@ -52,7 +52,7 @@ impl GpuModel {
         shared: &mut Shared,
     ) -> Result<Buf, Error> {
         if role.is_dspark {
-            return self.draft_attention(a, x, call, &lane.windows[role.layer]);
+            return self.draft_attention(a, x, &[(call, &lane.windows[role.layer])]);
         }
         self.attend_lanes(a, role, x, &mut [LaneAttn { call, lane, shared }])
     }
@@ -66,8 +66,8 @@ impl GpuModel {
         parts: &mut [crate::plan::Part<'_, GpuModel>],
     ) -> Result<Buf, Error> {
         if role.is_dspark {
-            let what = "DSpark stages draft one lane at a time".into();
-            return Err(Error::Launch { op: "attention of several lanes", what });
+            let lanes: Vec<(&Call, &Buf)> = parts.iter().map(|p| (&p.ctx, &p.lane.windows[role.layer])).collect();
+            return self.draft_attention(a, x, &lanes);
         }
         let mut lanes: Vec<LaneAttn<'_>> =
             parts.iter_mut().map(|p| LaneAttn { call: &p.ctx, lane: &mut *p.lane, shared: &mut p.shared }).collect();
@@ -75,7 +75,7 @@ impl GpuModel {
     }
 
     /// Every lane's RoPE tables of `kind`, one after another: a lone lane's own, or uploaded once per step on the first lane.
-    fn lane_tables<'c>(&self, first: &'c Call, spans: &[(usize, usize)], kind: RopeKind) -> Result<&'c Buf, Error> {
+    pub(super) fn lane_tables<'c>(&self, first: &'c Call, spans: &[(usize, usize)], kind: RopeKind) -> Result<&'c Buf, Error> {
         if spans.len() == 1 {
             return Ok(first.cs(kind));
         }

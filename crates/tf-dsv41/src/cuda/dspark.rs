@@ -128,80 +128,112 @@ impl GpuModel {
         Ok(())
     }
 
-    /// A draft block's attention: keys are ring slots `0..min(W, pos0)` then every block row, the CPU's `forward_draft` list.
-    pub(crate) fn draft_attention(&self, a: &GAttn, x: &Buf, call: &Call, ring: &Buf) -> Result<Buf, Error> {
-        let (gpu, cfg, rows) = (self.gpu, self.cfg(), call.rows);
-        let (heads, d, rd, w) = (cfg.n_heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
-        let cs = call.cs(RopeKind::Plain);
+    /// Draft blocks' attention of several lanes (in order in `x`): keys are each lane's ring slots `0..min(W, pos0)` then its block rows, the CPU's `forward_draft` list.
+    pub(crate) fn draft_attention(&self, a: &GAttn, x: &Buf, lanes: &[(&Call, &Buf)]) -> Result<Buf, Error> {
+        let (gpu, cfg) = (self.gpu, self.cfg());
+        let (heads, d, rd, w) = (a.heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
+        let spans: Vec<(usize, usize)> = lanes.iter().map(|(c, _)| (c.pos0, c.rows)).collect();
+        let rows: usize = spans.iter().map(|s| s.1).sum();
+        let cs = self.lane_tables(lanes[0].0, &spans, RopeKind::Plain)?;
         let qr = self.norm(&a.wq_a.forward(gpu, &Acts::new(x, rows, cfg.dim))?, &a.q_norm, rows, cfg.q_lora_rank)?;
         let mut q = a.wq_b.forward(gpu, &Acts::new(&qr, rows, cfg.q_lora_rank))?;
         ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
-        let positions: Vec<usize> = (call.pos0..call.pos0 + rows).collect();
+        let positions: Vec<usize> = spans.iter().flat_map(|&(p, r)| p..p + r).collect();
         let kv = self.window_kv(a, x, &positions)?;
-        // The list the CPU builds, its first `w` ids in the window part and the rest as a selection: the same order, the same blocks.
-        let m = w.min(call.pos0);
-        let list: Vec<i32> =
-            (0..m).map(|i| key_id(KeySource::Ring, i)).chain((0..rows).map(|r| key_id(KeySource::Chunk, r))).collect();
-        let s = list.len().saturating_sub(w);
-        let (mut window, mut sel) = (Vec::with_capacity(rows * w), Vec::with_capacity(rows * s));
-        for _ in 0..rows {
-            window.extend((0..w).map(|j| list.get(j).copied().unwrap_or(ops::KEY_NONE)));
-            sel.extend_from_slice(&list[w.min(list.len())..]);
-        }
-        let (window, sel) = (gpu.upload(&window)?, if s > 0 { Some(gpu.upload(&sel)?) } else { None });
+        let mut o = gpu.pool().take(rows * heads * d * 2)?;
         let empty = gpu.pool().take(2)?;
-        let (kc, kr, kl) = (kv.view(), ring.view(), empty.view());
-        let keys = KeyRows { chunk: &kc, ring: &kr, latents: &kl };
-        let o = self.attend(a, &q, &keys, (&window, sel.as_ref()), cs, (rows, s))?;
+        let mut r0 = 0;
+        for &(call, ring) in lanes {
+            let n = call.rows;
+            // The list the CPU builds, its first `w` ids in the window part and the rest as a selection: the same order, the same blocks.
+            let list: Vec<i32> = (0..w.min(call.pos0))
+                .map(|i| key_id(KeySource::Ring, i))
+                .chain((0..n).map(|r| key_id(KeySource::Chunk, r)))
+                .collect();
+            let s = list.len().saturating_sub(w);
+            let (mut window, mut sel) = (Vec::with_capacity(n * w), Vec::with_capacity(n * s));
+            for _ in 0..n {
+                window.extend((0..w).map(|j| list.get(j).copied().unwrap_or(ops::KEY_NONE)));
+                sel.extend_from_slice(&list[w.min(list.len())..]);
+            }
+            let (window, sel) = (gpu.upload(&window)?, if s > 0 { Some(gpu.upload(&sel)?) } else { None });
+            let (kc, kr, kl) = (kv.view().slice(r0 * d * 2..(r0 + n) * d * 2), ring.view(), empty.view());
+            let keys = KeyRows { chunk: &kc, ring: &kr, latents: &kl };
+            let (qs, sel_view) = (q.view().slice(r0 * heads * d * 2..(r0 + n) * heads * d * 2), sel.as_ref().map(|b| b.view()));
+            let mut all = o.view_mut();
+            let mut os = all.slice_mut(r0 * heads * d * 2..(r0 + n) * heads * d * 2);
+            let dims = (n, heads, d, w, s);
+            let scale = (d as f32).powf(-0.5);
+            ops::sparse_attn(self.attn_path(), gpu, &qs, &keys, &window.view(), sel_view.as_ref(), &a.sink.view(), &mut os, dims, scale)?;
+            r0 += n;
+        }
+        ops::rope(gpu, &mut o.view_mut(), &cs.view(), (rows, heads, d, rd), true)?;
         let u = a.wo_a.forward(gpu, &o, Io::Bf16, Io::Bf16, rows, cfg.o_groups)?;
         a.wo_b.forward(gpu, &Acts::new(&u, rows, cfg.o_groups * cfg.o_lora_rank))
     }
 
     /// Drafts after the lane's newest row, given the token sampled for the next position (the CPU's `Model::draft`).
     pub fn draft(&self, lane: &mut GpuLane, next: u32) -> crate::plan::Result<Drafts> {
+        Ok(self.draft_lanes(&mut [lane], &[next])?.remove(0))
+    }
+
+    /// [`GpuModel::draft`] of several lanes at once: the stages and heads run once over every lane's block, each lane's drafts as alone.
+    pub fn draft_lanes(&self, lanes: &mut [&mut GpuLane], next: &[u32]) -> crate::plan::Result<Vec<Drafts>> {
         let Some(ds) = &self.dspark else {
             return Err(tf_core::Error::Invalid("this checkpoint has no DSpark stages".into()).into());
         };
-        if lane.pos == 0 {
+        assert_eq!(lanes.len(), next.len(), "one next token per lane");
+        if lanes.iter().any(|l| l.pos == 0) {
             return Err(tf_core::Error::Invalid("draft needs a processed prompt".into()).into());
         }
-        let (cfg, block) = (self.cfg(), self.cfg().dspark_block_size);
-        let mut ids = vec![cfg.dspark_noise_token_id; block];
-        ids[0] = next;
+        let (cfg, block, n) = (self.cfg(), self.cfg().dspark_block_size, lanes.len());
+        let noise = cfg.dspark_noise_token_id;
+        let ids: Vec<u32> =
+            next.iter().flat_map(|&t| std::iter::once(t).chain(std::iter::repeat_n(noise, block - 1))).collect();
         let mut s = self.embed_rows(&ids)?;
-        let mut run = || -> Result<Drafts, Error> {
-            let (pos0, ctx) = (lane.pos, self.call(lane.pos, block, &[0])?);
-            let mut parts = [Part { lane: &mut *lane, pos0, rows: block, ctx, shared: Shared::default() }];
+        let mut run = || -> Result<Vec<Drafts>, Error> {
+            let mut parts = Vec::with_capacity(n);
+            for lane in lanes.iter_mut() {
+                let (pos0, ctx) = (lane.pos, self.call(lane.pos, block, &[0])?);
+                parts.push(Part { lane: &mut **lane, pos0, rows: block, ctx, shared: Shared::default() });
+            }
             for stage in &ds.stages {
                 self.block(stage, &mut s, &mut parts)?;
             }
-            let (hc, dim, rank) = (cfg.hc_mult, cfg.dim, ds.rank);
-            let mut y = self.gpu.pool().take(block * dim * 2)?;
-            ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut y.view_mut(), (block, hc, dim))?;
-            let normed = self.norm(&y, &ds.norm, block, dim)?;
-            let local = self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, block, 1)?;
-            let out = match &self.vocab {
-                None => self.markov_device(ds, &local, next, block)?,
-                Some(_) => self.markov_host(ds, &self.vocab_rows(&local, block)?, next, block)?,
-            };
+            let (hc, dim, rank, rows) = (cfg.hc_mult, cfg.dim, ds.rank, n * block);
+            let mut y = self.gpu.pool().take(rows * dim * 2)?;
+            ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut y.view_mut(), (rows, hc, dim))?;
+            let normed = self.norm(&y, &ds.norm, rows, dim)?;
+            let local = self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, rows, 1)?;
+            let host = if self.vocab.is_some() { Some(self.vocab_rows(&local, rows)?) } else { None };
             let y: Vec<u16> = self.gpu.download(&y)?;
-            let mut confidence = Vec::with_capacity(block);
-            for i in 0..block {
-                let e = &ds.markov_embed[out[i] as usize * rank..(out[i] as usize + 1) * rank];
-                let cat: Vec<f32> = y[i * dim..(i + 1) * dim]
-                    .iter()
-                    .map(|&b| bf16::from_bits(b).to_f32())
-                    .chain(e.iter().map(|v| v.to_f32()))
-                    .collect();
-                confidence.push(ds.confidence.forward_f32(&cat, 1)[0]);
+            let vocab = cfg.vocab_size;
+            let mut drafts = Vec::with_capacity(n);
+            for (l, &t) in next.iter().enumerate() {
+                let out = match &host {
+                    None => self.markov_device(ds, &local, l * block, t, block)?,
+                    Some(h) => self.markov_host(ds, &h[l * block * vocab..(l + 1) * block * vocab], t, block)?,
+                };
+                let mut confidence = Vec::with_capacity(block);
+                for i in 0..block {
+                    let e = &ds.markov_embed[out[i] as usize * rank..(out[i] as usize + 1) * rank];
+                    let r = (l * block + i) * dim;
+                    let cat: Vec<f32> = y[r..r + dim]
+                        .iter()
+                        .map(|&b| bf16::from_bits(b).to_f32())
+                        .chain(e.iter().map(|v| v.to_f32()))
+                        .collect();
+                    confidence.push(ds.confidence.forward_f32(&cat, 1)[0]);
+                }
+                drafts.push(Drafts { tokens: out[1..].to_vec(), confidence });
             }
-            Ok(Drafts { tokens: out[1..].to_vec(), confidence })
+            Ok(drafts)
         };
         Ok(run()?)
     }
 
-    /// `[next, d1..d_block]`: each draft the argmax of its row's logits plus the Markov head of the token before, on the device, read back once.
-    fn markov_device(&self, ds: &GDSpark, logits: &Buf, next: u32, block: usize) -> Result<Vec<u32>, Error> {
+    /// `[next, d1..d_block]` of the block at row `row0` of `logits`: each draft the argmax of its row plus the Markov head of the token before, read back once.
+    fn markov_device(&self, ds: &GDSpark, logits: &Buf, row0: usize, next: u32, block: usize) -> Result<Vec<u32>, Error> {
         let (gpu, vocab, rank) = (self.gpu, self.cfg().vocab_size, ds.rank);
         let mut toks = gpu.upload(&vec![next as i32; block + 1])?;
         // One row buffer for every draft: stream order keeps each gather after the previous row's head read it.
@@ -217,7 +249,7 @@ impl GpuModel {
                 1,
             )?;
             let bias = ds.markov_head.forward(gpu, &e, Io::Bf16, Io::F32, 1, 1)?;
-            let row = logits.view().slice(i * vocab * 4..(i + 1) * vocab * 4);
+            let row = logits.view().slice((row0 + i) * vocab * 4..(row0 + i + 1) * vocab * 4);
             let mut pick = toks.view_mut();
             ops::argmax_sum(gpu, &row, &bias.view(), &mut pick.slice_mut((i + 1) * 4..(i + 2) * 4), vocab)?;
         }

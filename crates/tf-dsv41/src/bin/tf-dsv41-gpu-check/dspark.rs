@@ -6,6 +6,7 @@ use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
 use tf_dsv41::cuda::GpuModel;
 use tf_dsv41::tiny::TinyKind;
+use tf_dsv41::model::Drafts;
 use tf_dsv41::{Model, Options};
 
 const STEPS: usize = 12;
@@ -24,6 +25,32 @@ fn drafts_match(gm: &GpuModel, cpu: &Model, p: &[u32]) -> Result<(usize, usize),
         same += usize::from(g.tokens == c.tokens && bits(&g.confidence) == bits(&c.confidence));
         row = gm.decode(&mut gl, &[t]).map_err(err)?.remove(0);
         cpu.decode(&mut st, &[t]).map_err(err)?;
+    }
+    Ok((same, STEPS))
+}
+
+/// Every prompt's lane for `STEPS` greedy steps, drafting all together and each alone: (steps where every lane's drafts and confidences are bit-identical, steps).
+fn lanes_match(gm: &GpuModel, prompts: &[Vec<u32>]) -> Result<(usize, usize), Error> {
+    let (mut lanes, mut rows) = (Vec::new(), Vec::new());
+    for p in prompts {
+        let mut lane = gm.new_lane()?;
+        rows.push(gm.prefill(&mut lane, p, true).map_err(err)?.expect("last chunk"));
+        lanes.push(lane);
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut same = 0;
+    for _ in 0..STEPS {
+        let next: Vec<u32> = rows.iter().map(|r| argmax(r)).collect();
+        let mut alone = Vec::with_capacity(lanes.len());
+        for (lane, &t) in lanes.iter_mut().zip(&next) {
+            alone.push(gm.draft(lane, t).map_err(err)?);
+        }
+        let together = gm.draft_lanes(&mut lanes.iter_mut().collect::<Vec<_>>(), &next).map_err(err)?;
+        let equal = |(a, b): (&Drafts, &Drafts)| a.tokens == b.tokens && bits(&a.confidence) == bits(&b.confidence);
+        same += usize::from(together.len() == alone.len() && alone.iter().zip(&together).all(equal));
+        for ((lane, row), &t) in lanes.iter_mut().zip(rows.iter_mut()).zip(&next) {
+            *row = gm.decode(lane, &[t]).map_err(err)?.remove(0);
+        }
     }
     Ok((same, STEPS))
 }
@@ -55,6 +82,14 @@ pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind:
     for replay in [true, false] {
         let opts = Options { replay, ..Options::default() };
         let (gm, cpu) = (GpuModel::load(&dir, opts, gpu).map_err(err)?, Model::load(&dir, opts).map_err(err)?);
+        let prompts: Vec<Vec<u32>> = LENGTHS.iter().map(|&len| prompt(rng, len, gm.cfg().vocab_size)).collect();
+        let (same, steps) = lanes_match(&gm, &prompts)?;
+        report.row(
+            "dspark lanes together == alone",
+            format!("{} replay {replay} prompts {LENGTHS:?}", kind.name()),
+            format!("{same} of {steps} steps with every lane's drafts bit-identical"),
+            same == steps,
+        );
         for len in LENGTHS {
             let p = prompt(rng, len, gm.cfg().vocab_size);
             let (same, steps) = drafts_match(&gm, &cpu, &p)?;
