@@ -240,38 +240,6 @@ impl GpuModel {
         Ok((q, wts))
     }
 
-    /// `sparse_attn` of `q` over each row's key list (`window` ids, then `sel`'s `s` ids), un-RoPE'd: bf16 `[rows, heads, d]`.
-    pub(crate) fn attend(
-        &self,
-        a: &GAttn,
-        q: &Buf,
-        keys: &KeyRows<'_>,
-        (window, sel): (&Buf, Option<&Buf>),
-        cs: &Buf,
-        (rows, s): (usize, usize),
-    ) -> Result<Buf, Error> {
-        let (gpu, cfg) = (self.gpu, self.cfg());
-        let (heads, d, rd, w) = (a.heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
-        let mut o = gpu.pool().take(rows * heads * d * 2)?;
-        let sel_view = sel.map(|b| b.view());
-        let dims = (rows, heads, d, w, s);
-        let scale = (d as f32).powf(-0.5);
-        ops::sparse_attn(
-            self.attn_path(),
-            gpu,
-            &q.view(),
-            keys,
-            &window.view(),
-            sel_view.as_ref(),
-            &a.sink.view(),
-            &mut o.view_mut(),
-            dims,
-            scale,
-        )?;
-        ops::rope(gpu, &mut o.view_mut(), &cs.view(), (rows, heads, d, rd), true)?;
-        Ok(o)
-    }
-
     /// Feeds this lane's compressor and says which selection (key ids in `shared.sel`) its rows use.
     fn selection(
         &self,
