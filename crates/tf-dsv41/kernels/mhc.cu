@@ -235,6 +235,14 @@ hc_sinkhorn_warp(float* __restrict__ mix, const float* __restrict__ ss, const fl
     sinkhorn_row(WarpLines{}, mix, ss, scale, base, blockIdx.x, threadIdx.x, hc, width, iters, norm_eps, eps);
 }
 
+// hc_sinkhorn_warp at hc 4 (every dsv41 config), hc fixed at compile time: each line's four shuffles unroll and issue together.
+extern "C" __global__ void __launch_bounds__(32)
+hc_sinkhorn_warp4(float* __restrict__ mix, const float* __restrict__ ss, const float* __restrict__ scale,
+                  const float* __restrict__ base, int rows, int hc, int width, int iters, float norm_eps, float eps) {
+    if ((int)blockIdx.x >= rows || hc != 4) return;
+    sinkhorn_row(WarpLines{}, mix, ss, scale, base, blockIdx.x, threadIdx.x, 4, width, iters, norm_eps, eps);
+}
+
 // Grid (rows, ⌈dim/threads⌉): y[r, c] = bf16(Σ_i pre_i · x[r, i, c]), summed in stream order as the CPU does.
 extern "C" __global__ void hc_pre(const unsigned short* __restrict__ x, const float* __restrict__ mix,
                                   unsigned short* __restrict__ y, int hc, int dim) {

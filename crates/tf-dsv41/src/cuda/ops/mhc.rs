@@ -102,7 +102,11 @@ pub fn hc_mixes(
     let ss_view = ss.view();
     // hc² ≤ 32 (hc 4 in every dsv41 config): a warp per row by shuffles, same sums, no block barriers.
     let warp = hc * hc <= 32;
-    let name = if warp { "hc_sinkhorn_warp" } else { "hc_sinkhorn" };
+    let name = match (warp, hc) {
+        (true, 4) => "hc_sinkhorn_warp4",
+        (true, _) => "hc_sinkhorn_warp",
+        _ => "hc_sinkhorn",
+    };
     let sinkhorn = gpu.function(&MHC.spec(&[]), name)?;
     let mut launch = gpu.stream().launch_builder(&sinkhorn);
     launch
@@ -116,7 +120,7 @@ pub fn hc_mixes(
         .arg(&iters_i)
         .arg(&eps)
         .arg(&hc_eps);
-    // SAFETY: arguments match `hc_sinkhorn[_warp](f32*, const f32*, const f32*, const f32*, int, int, int, int, float, float)`; sizes checked above.
+    // SAFETY: arguments match `hc_sinkhorn[_warp|_warp4](f32*, const f32*, const f32*, const f32*, int, int, int, int, float, float)`; sizes checked above.
     let threads = if warp { 32 } else { (MAX_HC * MAX_HC) as u32 };
     unsafe { launch.launch(grid1(rows, threads)) }.doing(|| format!("launching {OP} (sinkhorn) on {rows} rows"))?;
     Ok(())
