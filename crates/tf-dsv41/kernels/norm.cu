@@ -14,18 +14,39 @@ __device__ __forceinline__ void norm_stage(const bf16_bits* __restrict__ xr, int
     }
 }
 
+// Row sources of norm_row: a bf16 row, or hc_pre's output of a row of streams (rounded to bf16 as hc_pre stores it).
+struct RowSrc {
+    const bf16_bits* xr;
+    bool vec;
+    __device__ void stage(int c0, int len, float* s) const { norm_stage(xr, c0, len, vec, s); }
+    __device__ float at(int c) const { return widen(__ldg(xr + c)); }
+};
+
+struct PreSrc {
+    const bf16_bits* xr;
+    const float* pre;
+    int hc, dim;
+    // hc_pre's sum for column c: from -0.0, in stream order.
+    __device__ float at(int c) const {
+        float s = -0.0f;
+        for (int i = 0; i < hc; ++i) s += pre[i] * widen(xr[(size_t)i * dim + c]);
+        return widen(bf16_rne(s));
+    }
+    __device__ void stage(int c0, int len, float* s) const {
+        for (int c = threadIdx.x; c < len; c += blockDim.x) s[c] = at(c0 + c);
+    }
+};
+
 // One block per row. The sum of squares runs in the CPU's SumOrder: index order on one thread, or (wide) warp 0's 32 lanes then their fold; from chunks the block staged; a row that fits stays staged for the output pass.
-extern "C" __global__ void rms_norm_seq(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w,
-                                        bf16_bits* __restrict__ y, int dim, float eps, int wide) {
+template <class Src>
+__device__ __forceinline__ void norm_row(const Src src, const bf16_bits* __restrict__ w, bf16_bits* __restrict__ yr, int dim,
+                                         float eps, int wide) {
     __shared__ __align__(16) float chunk[NORM_CHUNK];
     __shared__ float r_s;
-    const bf16_bits* xr = x + (size_t)blockIdx.x * dim;
-    bf16_bits* yr = y + (size_t)blockIdx.x * dim;
-    const bool vec = dim % 8 == 0 && ((reinterpret_cast<size_t>(x) | reinterpret_cast<size_t>(w)) & 15) == 0;
     float ss = -0.0f;
     for (int c0 = 0; c0 < dim; c0 += NORM_CHUNK) {
         const int len = min(NORM_CHUNK, dim - c0);
-        norm_stage(xr, c0, len, vec, chunk);
+        src.stage(c0, len, chunk);
         __syncthreads();
         if (wide && threadIdx.x < 32) ss = lane_sum_squares(chunk, len, threadIdx.x, ss);
         else if (!wide && threadIdx.x == 0) ss = seq_sum_squares(chunk, len, ss);
@@ -38,7 +59,21 @@ extern "C" __global__ void rms_norm_seq(const bf16_bits* __restrict__ x, const b
     const bool staged = dim <= NORM_CHUNK;
 #pragma unroll 4
     for (int c = threadIdx.x; c < dim; c += blockDim.x) {
-        const float xv = staged ? chunk[c] : widen(__ldg(xr + c));
+        const float xv = staged ? chunk[c] : src.at(c);
         yr[c] = bf16_rne(widen(__ldg(w + c)) * (xv * r));
     }
+}
+
+extern "C" __global__ void rms_norm_seq(const bf16_bits* __restrict__ x, const bf16_bits* __restrict__ w,
+                                        bf16_bits* __restrict__ y, int dim, float eps, int wide) {
+    const bool vec = dim % 8 == 0 && ((reinterpret_cast<size_t>(x) | reinterpret_cast<size_t>(w)) & 15) == 0;
+    norm_row(RowSrc{x + (size_t)blockIdx.x * dim, vec}, w, y + (size_t)blockIdx.x * dim, dim, eps, wide);
+}
+
+// rms_norm_seq of hc_pre's rows in one launch (the attention and FFN inputs): x [rows, hc, dim] bf16, mix [rows, (2+hc)·hc] f32 (pre first).
+extern "C" __global__ void hc_pre_norm(const bf16_bits* __restrict__ x, const float* __restrict__ mix,
+                                       const bf16_bits* __restrict__ w, bf16_bits* __restrict__ y, int hc, int dim,
+                                       float eps, int wide) {
+    const PreSrc src{x + (size_t)blockIdx.x * hc * dim, mix + (size_t)blockIdx.x * (2 + hc) * hc, hc, dim};
+    norm_row(src, w, y + (size_t)blockIdx.x * dim, dim, eps, wide);
 }

@@ -352,11 +352,7 @@ impl GpuModel {
             ops::hc_post(gpu, &a.view(), &s.x.view(), &mix_a.view(), &mut x.view_mut(), (rows, hc, dim))
         })?;
         let mix_f = self.phase("mhc mixes", || self.mixes(&b.hc_ffn, &x, rows))?;
-        let f_in = self.phase("hc_pre + norm", || {
-            let mut f_pre = gpu.pool().take(rows * dim * 2)?;
-            ops::hc_pre(gpu, &x.view(), &mix_a.view(), &mut f_pre.view_mut(), (rows, hc, dim))?;
-            self.norm(&f_pre, &b.ffn_norm, rows, dim)
-        })?;
+        let f_in = self.phase("hc_pre + norm", || self.pre_norm(&x, &mix_a, &b.ffn_norm, rows))?;
         let f = self.phase("moe", || self.moe(&b.ffn, &f_in, rows))?;
         self.phase("hc_post", || {
             ops::hc_post(gpu, &f.view(), &x.view(), &mix_f.view(), &mut s.x.view_mut(), (rows, hc, dim))
@@ -367,10 +363,16 @@ impl GpuModel {
 
     /// The normed attention input of every row: `attn_norm(hc_pre(X, pre))`.
     pub(crate) fn attn_input(&self, b: &GBlock, s: &GStreams) -> Result<Buf, Error> {
+        self.pre_norm(&s.x, &s.mix, &b.attn_norm, s.rows)
+    }
+
+    /// `norm(hc_pre(x, pre))` of `rows` rows in one launch.
+    fn pre_norm(&self, x: &Buf, mix: &Buf, w: &Buf, rows: usize) -> Result<Buf, Error> {
         let cfg = self.cfg();
-        let mut c = self.gpu.pool().take(s.rows * cfg.dim * 2)?;
-        ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut c.view_mut(), (s.rows, cfg.hc_mult, cfg.dim))?;
-        self.norm(&c, &b.attn_norm, s.rows, cfg.dim)
+        let mut y = self.gpu.pool().take(rows * cfg.dim * 2)?;
+        let (xv, mv, wv) = (x.view(), mix.view(), w.view());
+        ops::hc_pre_norm(self.gpu, &xv, &mv, &wv, &mut y.view_mut(), (rows, cfg.hc_mult, cfg.dim), cfg.norm())?;
+        Ok(y)
     }
 
     pub(crate) fn mixes(&self, site: &super::layer::GHc, x: &Buf, rows: usize) -> Result<Buf, Error> {

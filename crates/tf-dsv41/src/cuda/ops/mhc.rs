@@ -1,7 +1,7 @@
 //! `hc_mixes`, `hc_pre`, `hc_post`, `hc_mean`: the mHC site (dsv41 §8) as `crate::mhc` computes it.
 
 use super::{In, Out, bytes, grid, grid1, int, need};
-use crate::cuda::kernels::MHC;
+use crate::cuda::kernels::{MHC, NORM};
 use crate::linear::Norm;
 use cudarc::driver::PushKernelArg;
 use tf_core::ops::SumOrder;
@@ -151,6 +151,36 @@ pub fn hc_pre(
     // SAFETY: arguments match `hc_pre(const u16*, const f32*, u16*, int, int)`; sizes checked above.
     unsafe { launch.launch(grid((rows, blocks), THREADS as u32, 0)) }
         .doing(|| format!("launching {OP} on {rows} rows"))?;
+    Ok(())
+}
+
+/// y bf16 [rows, dim] = RMSNorm(hc_pre of each row) with weight w bf16 [dim], in one launch: `hc_pre` then `rms_norm`, bit for bit.
+#[allow(clippy::too_many_arguments)]
+pub fn hc_pre_norm(
+    gpu: &Gpu,
+    x: &In<'_>,
+    mix: &In<'_>,
+    w: &In<'_>,
+    y: &mut Out<'_>,
+    (rows, hc, dim): (usize, usize, usize),
+    norm: Norm,
+) -> Result<(), Error> {
+    const OP: &str = "hc_pre_norm";
+    let n = shape(OP, hc, dim)?;
+    need(OP, "x", x.len(), bytes(OP, &[rows, hc, dim, 2])?)?;
+    need(OP, "mix", mix.len(), bytes(OP, &[rows, n, 4])?)?;
+    need(OP, "w", w.len(), bytes(OP, &[dim, 2])?)?;
+    need(OP, "y", y.len(), bytes(OP, &[rows, dim, 2])?)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    int(OP, "rows", rows)?;
+    let (hc_i, dim_i, wide) = (int(OP, "hc", hc)?, int(OP, "dim", dim)?, i32::from(norm.sums == SumOrder::Lanes32));
+    let f = gpu.function(&NORM.spec(&[]), OP)?;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(x).arg(mix).arg(w).arg(y).arg(&hc_i).arg(&dim_i).arg(&norm.eps).arg(&wide);
+    // SAFETY: arguments match `hc_pre_norm(const u16*, const f32*, const u16*, u16*, int, int, float, int)`; sizes checked above.
+    unsafe { launch.launch(grid1(rows, super::norm::THREADS)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use tf_cuda::ops::{RmsNormKernel, rms_norm_rows};
 use tf_cuda::{Error, Gpu};
 
 /// Threads that stage and write a row: enough that a 5120-wide row takes one or two loads per thread.
-const THREADS: u32 = 512;
+pub(super) const THREADS: u32 = 512;
 
 /// y bf16 [rows, dim] = RMSNorm of x bf16 [rows, dim] with weight w bf16 [dim], by tf-cuda's one RMSNorm launcher.
 pub fn rms_norm(
