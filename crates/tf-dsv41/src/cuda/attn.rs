@@ -75,7 +75,12 @@ impl GpuModel {
     }
 
     /// Every lane's RoPE tables of `kind`, one after another: a lone lane's own, or uploaded once per step on the first lane.
-    pub(super) fn lane_tables<'c>(&self, first: &'c Call, spans: &[(usize, usize)], kind: RopeKind) -> Result<&'c Buf, Error> {
+    pub(super) fn lane_tables<'c>(
+        &self,
+        first: &'c Call,
+        spans: &[(usize, usize)],
+        kind: RopeKind,
+    ) -> Result<&'c Buf, Error> {
         if spans.len() == 1 {
             return Ok(first.cs(kind));
         }

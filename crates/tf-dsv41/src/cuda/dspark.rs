@@ -159,12 +159,24 @@ impl GpuModel {
             let (window, sel) = (gpu.upload(&window)?, if s > 0 { Some(gpu.upload(&sel)?) } else { None });
             let (kc, kr, kl) = (kv.view().slice(r0 * d * 2..(r0 + n) * d * 2), ring.view(), empty.view());
             let keys = KeyRows { chunk: &kc, ring: &kr, latents: &kl };
-            let (qs, sel_view) = (q.view().slice(r0 * heads * d * 2..(r0 + n) * heads * d * 2), sel.as_ref().map(|b| b.view()));
+            let (qs, sel_view) =
+                (q.view().slice(r0 * heads * d * 2..(r0 + n) * heads * d * 2), sel.as_ref().map(|b| b.view()));
             let mut all = o.view_mut();
             let mut os = all.slice_mut(r0 * heads * d * 2..(r0 + n) * heads * d * 2);
             let dims = (n, heads, d, w, s);
             let scale = (d as f32).powf(-0.5);
-            ops::sparse_attn(self.attn_path(), gpu, &qs, &keys, &window.view(), sel_view.as_ref(), &a.sink.view(), &mut os, dims, scale)?;
+            ops::sparse_attn(
+                self.attn_path(),
+                gpu,
+                &qs,
+                &keys,
+                &window.view(),
+                sel_view.as_ref(),
+                &a.sink.view(),
+                &mut os,
+                dims,
+                scale,
+            )?;
             r0 += n;
         }
         ops::rope(gpu, &mut o.view_mut(), &cs.view(), (rows, heads, d, rd), true)?;
@@ -215,8 +227,8 @@ impl GpuModel {
                     Some(h) => self.markov_host(ds, &h[l * block * vocab..(l + 1) * block * vocab], t, block)?,
                 };
                 let mut confidence = Vec::with_capacity(block);
-                for i in 0..block {
-                    let e = &ds.markov_embed[out[i] as usize * rank..(out[i] as usize + 1) * rank];
+                for (i, &tok) in out[..block].iter().enumerate() {
+                    let e = &ds.markov_embed[tok as usize * rank..(tok as usize + 1) * rank];
                     let r = (l * block + i) * dim;
                     let cat: Vec<f32> = y[r..r + dim]
                         .iter()
@@ -233,7 +245,14 @@ impl GpuModel {
     }
 
     /// `[next, d1..d_block]` of the block at row `row0` of `logits`: each draft the argmax of its row plus the Markov head of the token before, read back once.
-    fn markov_device(&self, ds: &GDSpark, logits: &Buf, row0: usize, next: u32, block: usize) -> Result<Vec<u32>, Error> {
+    fn markov_device(
+        &self,
+        ds: &GDSpark,
+        logits: &Buf,
+        row0: usize,
+        next: u32,
+        block: usize,
+    ) -> Result<Vec<u32>, Error> {
         let (gpu, vocab, rank) = (self.gpu, self.cfg().vocab_size, ds.rank);
         let mut toks = gpu.upload(&vec![next as i32; block + 1])?;
         // One row buffer for every draft: stream order keeps each gather after the previous row's head read it.

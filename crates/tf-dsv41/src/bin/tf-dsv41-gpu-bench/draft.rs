@@ -25,13 +25,15 @@ const DRAFT_LANES: usize = 4;
 
 /// `DRAFT_LANES` forks of `lane` drafting in one `draft_lanes` call and one after another: (together ms, apart ms), medians of STEPS.
 fn lanes_draft(model: &GpuModel, lane: &GpuLane, next: u32) -> Result<(f64, f64), String> {
-    let mut lanes: Vec<GpuLane> = (0..DRAFT_LANES).map(|_| lane.fork(model.gpu).map_err(fail)).collect::<Result<_, _>>()?;
+    let mut lanes: Vec<GpuLane> =
+        (0..DRAFT_LANES).map(|_| lane.fork(model.gpu).map_err(fail)).collect::<Result<_, _>>()?;
     let nexts = vec![next; DRAFT_LANES];
-    let together = timed(STEPS, || {
-        model.draft_lanes(&mut lanes.iter_mut().collect::<Vec<_>>(), &nexts).map(drop).map_err(fail)
-    })?;
+    let together =
+        timed(STEPS, || model.draft_lanes(&mut lanes.iter_mut().collect::<Vec<_>>(), &nexts).map(drop).map_err(fail))?;
     let apart = timed(STEPS, || lanes.iter_mut().try_for_each(|l| model.draft(l, next).map(drop).map_err(fail)))?;
-    println!("[bench] drafting: {DRAFT_LANES} lanes' DSpark blocks together {together:.2} ms, one after another {apart:.2} ms");
+    println!(
+        "[bench] drafting: {DRAFT_LANES} lanes' DSpark blocks together {together:.2} ms, one after another {apart:.2} ms"
+    );
     Ok((together, apart))
 }
 
@@ -76,7 +78,9 @@ pub fn draft_bench(model: &GpuModel, base: &GpuLane, rng: &mut SplitMix64) -> Re
         );
         rows.push(json!({"mean_accepted_length": len, "ms_per_token": per_token, "speedup": plain / per_token}));
     }
-    Ok(json!({"plain_ms": plain, "draft_ms": draft, "lanes": DRAFT_LANES, "lanes_together_ms": together, "lanes_apart_ms": apart,
+    Ok(
+        json!({"plain_ms": plain, "draft_ms": draft, "lanes": DRAFT_LANES, "lanes_together_ms": together, "lanes_apart_ms": apart,
               "verify_rewind_ms": windows, "break_even_length": step5 / plain,
-              "at_lengths": rows}))
+              "at_lengths": rows}),
+    )
 }

@@ -5,8 +5,8 @@ use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
 use tf_cuda::{Error, Gpu};
 use tf_dsv41::cuda::GpuModel;
-use tf_dsv41::tiny::TinyKind;
 use tf_dsv41::model::Drafts;
+use tf_dsv41::tiny::TinyKind;
 use tf_dsv41::{Model, Options};
 
 const STEPS: usize = 12;

@@ -31,7 +31,17 @@ fn flat(m: &[HcMix]) -> Vec<f32> {
 pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
     // The flash width (hc·dim = 20,480) over 11 rows crosses dense's 8-row tiles; width 1,284 (not whole vectors) sums x² apart; 70 rows take the tiled dense past hc_dots' 64.
     // hc 3 takes the generic warp Sinkhorn and hc 6 the block one (dsv41's hc 4 has its own kernel); dim 9,000 is past the norm's staged chunk.
-    for shape in [(6, 4, 320), (11, 4, 5120), (1, 4, 5120), (3, 4, 321), (32, 4, 4096), (70, 4, 256), (5, 3, 320), (4, 6, 160), (2, 4, 9000)] {
+    for shape in [
+        (6, 4, 320),
+        (11, 4, 5120),
+        (1, 4, 5120),
+        (3, 4, 321),
+        (32, 4, 4096),
+        (70, 4, 256),
+        (5, 3, 320),
+        (4, 6, 160),
+        (2, 4, 9000),
+    ] {
         for sums in [SumOrder::Sequential, SumOrder::Lanes32] {
             mhc_case(gpu, rng, report, shape, Norm { eps: 1e-6, sums })?;
         }
@@ -91,7 +101,12 @@ fn mhc_case(
     let (wd, normed_want) = (up_bf16(gpu, &w)?, rms_norm_rows(&pre_want, &w, norm));
     ops::hc_pre_norm(gpu, &xd.view(), &cpu_mix.view(), &wd.view(), &mut nd.view_mut(), (rows, hc, dim), norm)?;
     let d = diff_bf16(&download_bf16(gpu, &nd)?, &normed_want);
-    report.row("hc_pre_norm", format!("{rows} rows, x² {:?}, against rms_norm(hc_pre)", norm.sums), d.describe("ulp"), d.pass(0.0));
+    report.row(
+        "hc_pre_norm",
+        format!("{rows} rows, x² {:?}, against rms_norm(hc_pre)", norm.sums),
+        d.describe("ulp"),
+        d.pass(0.0),
+    );
     let f = bf16s(rng, rows * dim, 1.0);
     let post_want: Vec<bf16> = (0..rows)
         .flat_map(|r| hc_post(&f[r * dim..(r + 1) * dim], &x[r * hc * dim..(r + 1) * hc * dim], &want[r], dim))
