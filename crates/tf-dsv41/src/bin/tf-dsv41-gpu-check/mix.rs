@@ -29,8 +29,7 @@ fn flat(m: &[HcMix]) -> Vec<f32> {
 }
 
 pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
-    // The flash width (hc·dim = 20,480) over 11 rows crosses dense's 8-row tiles; width 1,284 (not whole vectors) sums x² apart; 70 rows take the tiled dense past hc_dots' 64.
-    // hc 3 takes the generic warp Sinkhorn and hc 6 the block one (dsv41's hc 4 has its own kernel); dim 9,000 is past the norm's staged chunk.
+    // 11 rows at the flash width cross dense's 8-row tiles, width 1,284 sums x² apart, 70 rows take the tiled dense, hc 3 and 6 the generic Sinkhorns, dim 9,000 the unstaged norm.
     for shape in [
         (6, 4, 320),
         (11, 4, 5120),
