@@ -44,6 +44,9 @@ pub struct GpuModel {
 /// Per phase name: host enqueue seconds, total seconds, calls.
 pub type Profile = std::collections::BTreeMap<&'static str, (f64, f64, usize)>;
 
+/// Whether the attention and FFN inputs take one `hc_pre_norm` launch (the same ops) rather than `hc_pre` then `rms_norm`.
+pub const PRE_NORM_FUSED: bool = true;
+
 /// What one forward call shares across its blocks.
 pub struct Call {
     pub pos0: usize,
@@ -366,12 +369,17 @@ impl GpuModel {
         self.pre_norm(&s.x, &s.mix, &b.attn_norm, s.rows)
     }
 
-    /// `norm(hc_pre(x, pre))` of `rows` rows in one launch.
+    /// `norm(hc_pre(x, pre))` of `rows` rows, in one launch with [`PRE_NORM_FUSED`].
     fn pre_norm(&self, x: &Buf, mix: &Buf, w: &Buf, rows: usize) -> Result<Buf, Error> {
         let cfg = self.cfg();
-        let mut y = self.gpu.pool().take(rows * cfg.dim * 2)?;
+        let (hc, dim) = (cfg.hc_mult, cfg.dim);
+        let mut y = self.gpu.pool().take(rows * dim * 2)?;
+        if !PRE_NORM_FUSED {
+            ops::hc_pre(self.gpu, &x.view(), &mix.view(), &mut y.view_mut(), (rows, hc, dim))?;
+            return self.norm(&y, w, rows, dim);
+        }
         let (xv, mv, wv) = (x.view(), mix.view(), w.view());
-        ops::hc_pre_norm(self.gpu, &xv, &mv, &wv, &mut y.view_mut(), (rows, cfg.hc_mult, cfg.dim), cfg.norm())?;
+        ops::hc_pre_norm(self.gpu, &xv, &mv, &wv, &mut y.view_mut(), (rows, hc, dim), cfg.norm())?;
         Ok(y)
     }
 

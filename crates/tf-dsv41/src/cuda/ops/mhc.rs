@@ -17,6 +17,9 @@ pub(super) const DOT_THREADS: u32 = 256;
 /// Up to this many rows `hc_dots` runs a block per (output, row); past it the tiled `dense` keeps each block busier.
 const DOT_ROWS: usize = 64;
 
+/// Whether hc 4 takes `hc_sinkhorn_warp4` (hc fixed at compile time, the same ops) rather than the generic warp kernel.
+pub const SINKHORN_HC4: bool = true;
+
 /// Fails naming `op` unless `1 ≤ hc ≤ MAX_HC` and `dim ≥ 1`; returns the mix width `(2+hc)·hc`.
 fn shape(op: &'static str, hc: usize, dim: usize) -> Result<usize, Error> {
     if hc == 0 || hc > MAX_HC || dim == 0 {
@@ -103,7 +106,7 @@ pub fn hc_mixes(
     // hc² ≤ 32 (hc 4 in every dsv41 config): a warp per row by shuffles, same sums, no block barriers.
     let warp = hc * hc <= 32;
     let name = match (warp, hc) {
-        (true, 4) => "hc_sinkhorn_warp4",
+        (true, 4) if SINKHORN_HC4 => "hc_sinkhorn_warp4",
         (true, _) => "hc_sinkhorn_warp",
         _ => "hc_sinkhorn",
     };
