@@ -18,25 +18,26 @@ fn first_drafts(d: crate::model::Drafts, max: usize) -> tf_family::Draft {
     tf_family::Draft { tokens: d.tokens[..n].to_vec(), confidence: d.confidence[..n].to_vec() }
 }
 
-/// Lanes that would draft alone draft together through `many`; the others (no room, no prompt yet) answer as alone.
+/// Lanes that would draft alone draft together through `many`, in groups under the prompt paths' row thresholds ([`step_groups`], `block` rows a lane); the others (no room, no prompt yet) answer as alone.
 fn draft_together<F: Family<Error = Error>, E>(
     fam: &F,
+    (opts, block): (&crate::Options, usize),
     (lanes, next, max): (&mut [&mut F::Lane], &[u32], &[usize]),
     pos: impl Fn(&F::Lane) -> usize,
-    many: impl FnOnce(&mut [&mut F::Lane], &[u32]) -> Result<Vec<crate::model::Drafts>, E>,
+    mut many: impl FnMut(&mut [&mut F::Lane], &[u32]) -> Result<Vec<crate::model::Drafts>, E>,
 ) -> Vec<Result<Option<tf_family::Draft>, Error>> {
     let together: Vec<usize> = (0..lanes.len()).filter(|&i| max[i] > 0 && pos(lanes[i]) > 0).collect();
-    if !fam.drafts() || together.len() < 2 {
-        return lanes.iter_mut().zip(next).zip(max).map(|((l, &n), &m)| fam.draft(l, n, m)).collect();
-    }
     let mut out: Vec<Option<Result<Option<tf_family::Draft>, Error>>> = (0..lanes.len()).map(|_| None).collect();
-    let nexts: Vec<u32> = together.iter().map(|&i| next[i]).collect();
-    let mut sel: Vec<&mut F::Lane> =
-        lanes.iter_mut().enumerate().filter(|(i, _)| together.contains(i)).map(|(_, l)| &mut **l).collect();
-    // It fails only before any lane moves (a token outside the vocabulary): each lane then answers alone.
-    if let Ok(drafts) = many(&mut sel, &nexts) {
-        for (&i, d) in together.iter().zip(drafts) {
-            out[i] = Some(Ok(Some(first_drafts(d, max[i]))));
+    let groups = if fam.drafts() { step_groups(opts, &together, |_| block) } else { Vec::new() };
+    for group in groups.into_iter().filter(|g| g.len() > 1) {
+        let nexts: Vec<u32> = group.iter().map(|&i| next[i]).collect();
+        let mut sel: Vec<&mut F::Lane> =
+            lanes.iter_mut().enumerate().filter(|(i, _)| group.contains(i)).map(|(_, l)| &mut **l).collect();
+        // It fails only before any lane moves (a token outside the vocabulary): each lane then answers alone.
+        if let Ok(drafts) = many(&mut sel, &nexts) {
+            for (&i, d) in group.iter().zip(drafts) {
+                out[i] = Some(Ok(Some(first_drafts(d, max[i]))));
+            }
         }
     }
     let each = lanes.iter_mut().zip(next).zip(max).zip(out);
@@ -234,7 +235,7 @@ impl Family for crate::Model {
         max: &[usize],
     ) -> Vec<Result<Option<tf_family::Draft>, Error>> {
         let many = |sel: &mut [&mut crate::state::SeqState], n: &[u32]| crate::Model::draft_lanes(self, sel, n);
-        draft_together(self, (lanes, next, max), |l| l.pos, many)
+        draft_together(self, (&self.opts, self.cfg.dspark_block_size), (lanes, next, max), |l| l.pos, many)
     }
 
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {
@@ -298,7 +299,7 @@ impl Family for crate::cuda::GpuModel {
         max: &[usize],
     ) -> Vec<Result<Option<tf_family::Draft>, Error>> {
         let many = |sel: &mut [&mut crate::cuda::GpuLane], n: &[u32]| crate::cuda::GpuModel::draft_lanes(self, sel, n);
-        draft_together(self, (lanes, next, max), |l| l.pos, many)
+        draft_together(self, (&self.opts, self.cfg().dspark_block_size), (lanes, next, max), |l| l.pos, many)
     }
 
     fn verify(&self, lane: &mut Self::Lane, tokens: &[u32]) -> Result<Vec<Vec<f32>>, Error> {

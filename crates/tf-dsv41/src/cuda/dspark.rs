@@ -195,6 +195,9 @@ impl GpuModel {
             return Err(tf_core::Error::Invalid("this checkpoint has no DSpark stages".into()).into());
         };
         assert_eq!(lanes.len(), next.len(), "one next token per lane");
+        if lanes.is_empty() {
+            return Ok(Vec::new());
+        }
         if lanes.iter().any(|l| l.pos == 0) {
             return Err(tf_core::Error::Invalid("draft needs a processed prompt".into()).into());
         }

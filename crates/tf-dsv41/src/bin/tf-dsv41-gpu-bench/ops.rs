@@ -42,7 +42,7 @@ pub fn ops_bench(gpu: &Gpu, rows: usize) -> Result<Value, Error> {
             * time(gpu, |g| {
                 let mut o = out.view_mut();
                 let (s, b, shape, norm) = (&scale.view(), &base.view(), (rows, hc, dim), Norm { eps: 1e-6, sums });
-                ops::hc_mixes(g, &x.view(), &func.view(), s, b, &mut o, shape, 20, norm, 1e-6)
+                ops::hc_mixes(g, &x.view(), &func.view(), s, b, &mut o, shape, ops::Sinkhorn::new(20, 1e-6), norm)
             })?;
         report(&format!("hc_mixes (24×20480 f32, x² {tag}, sinkhorn)"), us, mix * hc * dim * 4);
     }

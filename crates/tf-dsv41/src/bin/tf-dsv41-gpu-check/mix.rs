@@ -68,26 +68,19 @@ fn mhc_case(
     let want = site.mixes(&x, rows, hc, iters, norm, 1e-6);
     let (xd, fd, sd, bd) =
         (up_bf16(gpu, &x)?, gpu.upload(&site.func.w)?, gpu.upload(&site.scale)?, gpu.upload(&site.base)?);
-    let mut md = poisoned_f32(gpu, rows * mix)?;
-    ops::hc_mixes(
-        gpu,
-        &xd.view(),
-        &fd.view(),
-        &sd.view(),
-        &bd.view(),
-        &mut md.view_mut(),
-        (rows, hc, dim),
-        iters,
-        norm,
-        1e-6,
-    )?;
-    let d = diff_f32(&gpu.download::<f32>(&md)?, &flat(&want), 1e-3);
-    report.row(
-        "hc_mixes",
-        format!("{rows} rows, hc {hc}, dim {dim}, {iters} Sinkhorn iterations, x² {:?}", norm.sums),
-        d.describe("relative"),
-        d.pass(MIX_TOL),
-    );
+    // hc 4 runs both Sinkhorn kernels it can take: the generic warp one and `hc_sinkhorn_warp4`.
+    for hc4 in if hc == 4 { vec![false, true] } else { vec![false] } {
+        let mut md = poisoned_f32(gpu, rows * mix)?;
+        let (sinkhorn, shape) = (ops::Sinkhorn { iters, eps: 1e-6, hc4 }, (rows, hc, dim));
+        ops::hc_mixes(gpu, &xd.view(), &fd.view(), &sd.view(), &bd.view(), &mut md.view_mut(), shape, sinkhorn, norm)?;
+        let d = diff_f32(&gpu.download::<f32>(&md)?, &flat(&want), 1e-3);
+        report.row(
+            "hc_mixes",
+            format!("{rows} rows, hc {hc}, dim {dim}, {iters} Sinkhorn iterations (hc4 {hc4}), x² {:?}", norm.sums),
+            d.describe("relative"),
+            d.pass(MIX_TOL),
+        );
+    }
     let cpu_mix = gpu.upload(&flat(&want))?;
     let pre_want: Vec<bf16> =
         (0..rows).flat_map(|r| hc_pre(&x[r * hc * dim..(r + 1) * hc * dim], &want[r].pre, dim)).collect();

@@ -17,8 +17,23 @@ pub(super) const DOT_THREADS: u32 = 256;
 /// Up to this many rows `hc_dots` runs a block per (output, row); past it the tiled `dense` keeps each block busier.
 const DOT_ROWS: usize = 64;
 
-/// Whether hc 4 takes `hc_sinkhorn_warp4` (hc fixed at compile time, the same ops) rather than the generic warp kernel.
-pub const SINKHORN_HC4: bool = true;
+/// Whether hc 4 takes `hc_sinkhorn_warp4` (hc fixed at compile time, the same ops) by default: off until a GPU run checks it.
+pub const SINKHORN_HC4: bool = false;
+
+/// An mHC site's Sinkhorn: its iterations and eps, and whether hc 4 takes `hc_sinkhorn_warp4`.
+#[derive(Clone, Copy, Debug)]
+pub struct Sinkhorn {
+    pub iters: usize,
+    pub eps: f32,
+    pub hc4: bool,
+}
+
+impl Sinkhorn {
+    /// The default kernels ([`SINKHORN_HC4`]).
+    pub fn new(iters: usize, eps: f32) -> Sinkhorn {
+        Sinkhorn { iters, eps, hc4: SINKHORN_HC4 }
+    }
+}
 
 /// Fails naming `op` unless `1 ≤ hc ≤ MAX_HC` and `dim ≥ 1`; returns the mix width `(2+hc)·hc`.
 fn shape(op: &'static str, hc: usize, dim: usize) -> Result<usize, Error> {
@@ -48,11 +63,11 @@ pub fn hc_mixes(
     base: &In<'_>,
     mix: &mut Out<'_>,
     (rows, hc, dim): (usize, usize, usize),
-    iters: usize,
+    sinkhorn: Sinkhorn,
     norm: Norm,
-    hc_eps: f32,
 ) -> Result<(), Error> {
     const OP: &str = "hc_mixes";
+    let Sinkhorn { iters, eps: hc_eps, hc4 } = sinkhorn;
     let eps = norm.eps;
     let n = shape(OP, hc, dim)?;
     let width = bytes(OP, &[hc, dim])?;
@@ -106,7 +121,7 @@ pub fn hc_mixes(
     // hc² ≤ 32 (hc 4 in every dsv41 config): a warp per row by shuffles, same sums, no block barriers.
     let warp = hc * hc <= 32;
     let name = match (warp, hc) {
-        (true, 4) if SINKHORN_HC4 => "hc_sinkhorn_warp4",
+        (true, 4) if hc4 => "hc_sinkhorn_warp4",
         (true, _) => "hc_sinkhorn_warp",
         _ => "hc_sinkhorn",
     };
