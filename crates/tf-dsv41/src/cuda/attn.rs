@@ -21,6 +21,11 @@ pub(crate) enum Pick {
     Index(usize),
 }
 
+/// Rows' E4M3 codes and scales, if made ([`Acts::into_fp8`]).
+type Fp8Rows = Option<(Buf, Buf)>;
+/// [`GpuModel::attn_front`]'s rows: the normed low-rank query and its codes, the query, the normed KV.
+type Front = (Buf, Fp8Rows, Option<Buf>, Buf);
+
 /// One lane's share of an attention call: its rows' context, its caches, and the selections it hands to later layers.
 pub(crate) struct LaneAttn<'a> {
     pub(super) call: &'a Call,
@@ -106,7 +111,7 @@ impl GpuModel {
         let (heads, d, rd, w) = (a.heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
         let spans: Vec<(usize, usize)> = lanes.iter().map(|l| (l.call.pos0, l.call.rows)).collect();
         let rows: usize = spans.iter().map(|s| s.1).sum();
-        let (qr, mut q, mut kv) = self.phase("attn: q, kv", || self.attn_front(a, x, rows))?;
+        let (qr, q8, mut q, mut kv) = self.phase("attn: q, kv", || self.attn_front(a, x, rows))?;
         let cs = self.lane_tables(lanes[0].call, &spans, role.rope)?;
         self.phase("attn: rope", || {
             if let Some(q) = q.as_mut() {
@@ -116,7 +121,7 @@ impl GpuModel {
             ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)
         })?;
         let ix = match role.mode != AttnMode::Swa && role.is_index_source {
-            true => Some(self.phase("attn: compress, index", || self.index_rows(a, x, &qr, cs, rows))?),
+            true => Some(self.phase("attn: compress, index", || self.index_rows(a, x, (&qr, q8), cs, rows))?),
             false => None,
         };
         let mut o = match heads {
@@ -219,26 +224,36 @@ impl GpuModel {
         ops::sparse_attn_rows(gpu, &q.view(), &keys, &sink, &mut o.view_mut(), (heads, d, w, s), scale)
     }
 
-    /// The row-wise front of attention: normed low-rank query, the query (none on a rank without heads), normed KV; no RoPE yet.
-    fn attn_front(&self, a: &GAttn, x: &Buf, rows: usize) -> Result<(Buf, Option<Buf>, Buf), Error> {
+    /// The row-wise front of attention: normed low-rank query (and its FP8 codes if `wq_b` made them), the query (none on a rank without heads), normed KV; no RoPE yet.
+    fn attn_front(&self, a: &GAttn, x: &Buf, rows: usize) -> Result<Front, Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
         let xq = Acts::new(x, rows, cfg.dim);
         let qr = self.norm(&a.wq_a.forward(gpu, &xq)?, &a.q_norm, rows, cfg.q_lora_rank)?;
+        let qa = Acts::new(&qr, rows, cfg.q_lora_rank);
         // A tensor-parallel rank without heads runs no query (its share of the outputs is empty).
         let q = match a.heads {
             0 => None,
-            _ => Some(a.wq_b.forward(gpu, &Acts::new(&qr, rows, cfg.q_lora_rank))?),
+            _ => Some(a.wq_b.forward(gpu, &qa)?),
         };
+        let q8 = qa.into_fp8();
         let kv = self.norm(&a.wkv.forward(gpu, &xq)?, &a.kv_norm, rows, cfg.head_dim)?;
-        Ok((qr, q, kv))
+        Ok((qr, q8, q, kv))
     }
 
     /// The indexer's row-wise inputs of every row: its query (RoPE'd, FP4-rounded) and its per-head weights.
-    fn index_rows(&self, a: &GAttn, x: &Buf, qr: &Buf, cs: &Buf, rows: usize) -> Result<(Buf, Buf), Error> {
+    fn index_rows(
+        &self,
+        a: &GAttn,
+        x: &Buf,
+        (qr, q8): (&Buf, Fp8Rows),
+        cs: &Buf,
+        rows: usize,
+    ) -> Result<(Buf, Buf), Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
         let ix = a.indexer.as_ref().expect("index sources have an indexer");
         let (heads, hd, rd) = (cfg.index_n_heads, cfg.index_head_dim, cfg.rope_head_dim);
-        let mut q = ix.wq_b.forward(gpu, &Acts::new(qr, rows, cfg.q_lora_rank))?;
+        // The low-rank query's codes from the main query's `wq_b`, when it made them: one quantization for both.
+        let mut q = ix.wq_b.forward(gpu, &Acts::with_fp8(qr, rows, cfg.q_lora_rank, q8))?;
         ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, hd, rd), false)?;
         ops::qdq_fp4(gpu, &mut q.view_mut(), rows * heads * hd, 32, Fp4Scale::E8m0)?;
         let wts = ix.weights_proj.forward(gpu, x, Io::Bf16, Io::Bf16, rows, 1)?;

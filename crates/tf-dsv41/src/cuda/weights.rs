@@ -33,6 +33,16 @@ impl<'x> Acts<'x> {
         Acts { x, rows, k, fp8: OnceCell::new() }
     }
 
+    /// `new`, with the codes and scales an earlier `Acts` of the same rows quantized (`None`: quantized on first use).
+    pub fn with_fp8(x: &'x Buf, rows: usize, k: usize, fp8: Option<(Buf, Buf)>) -> Acts<'x> {
+        Acts { x, rows, k, fp8: fp8.map(OnceCell::from).unwrap_or_default() }
+    }
+
+    /// The codes and scales, if a linear quantized the rows, for another `Acts` of them.
+    pub fn into_fp8(self) -> Option<(Buf, Buf)> {
+        self.fp8.into_inner()
+    }
+
     /// The E4M3 codes and scales, quantized once.
     pub fn fp8(&self, gpu: &'static Gpu) -> Result<(&Buf, &Buf), Error> {
         if self.fp8.get().is_none() {
