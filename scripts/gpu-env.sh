@@ -26,3 +26,8 @@ need_carry() {
     [[ -x gpu-carry/$b ]] || { echo "$name: no gpu-carry/$b; build with TF_CARRY=serve" | tee "$log"; exit 2; }
   done
 }
+# need_ncu NAME: ncu's path in $ncu, or stop with 2 naming NAME.
+need_ncu() {
+  ncu="$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)"
+  [[ -x $ncu ]] || { echo "$1: no ncu on this machine"; exit 2; }
+}

@@ -6,8 +6,7 @@ cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/gpu-bench-out}"
 mkdir -p "$out"
 source scripts/gpu-env.sh
-ncu="$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)"
-[[ -x $ncu ]] || { echo "gpu-kernel-profile: no ncu on this machine"; exit 2; }
+need_ncu gpu-kernel-profile
 kernels="${TF_PROFILE_KERNELS:-^(sparse_attn|fp4_gemv_routed|hc_sinkhorn_warp4?|hc_dots|fp8_gemv_split|rms_norm_seq|hc_pre_norm)$}"
 TF_BENCH_BATCHES=1 TF_BENCH_LANES=0 TF_BENCH_PROMPT=0 TF_BENCH_OPS=0 TF_BENCH_GRAPHS=0 OUT="$out" \
   timeout --signal=KILL "${TF_NCU_TIMEOUT:-240}" "$ncu" --clock-control none --kernel-name-base function \

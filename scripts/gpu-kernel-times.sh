@@ -5,8 +5,7 @@ cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/gpu-bench-out}"
 mkdir -p "$out"
 source scripts/gpu-env.sh
-ncu="$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)"
-[[ -x $ncu ]] || { echo "gpu-kernel-times: no ncu on this machine"; exit 2; }
+need_ncu gpu-kernel-times
 # The synthetic weights are thousands of synth_* launches: the filter leaves them out, so the skip counts forward kernels only (past the 1,024-token context prefill).
 TF_BENCH_BATCHES=1 TF_BENCH_LANES=0 TF_BENCH_PROMPT=0 TF_BENCH_OPS=0 TF_BENCH_GRAPHS=0 OUT="$out" \
   timeout --signal=KILL "${TF_NCU_TIMEOUT:-240}" "$ncu" --clock-control none --cache-control none \
