@@ -91,11 +91,11 @@ impl GpuModel {
     }
 
     /// Window K=V of rows at `positions` for a stage: `fp8(rope(kv_norm(wkv(x))))`, as `AttnWeights::window_kv`.
-    pub(crate) fn window_kv(&self, a: &GAttn, x: &Buf, positions: &[usize]) -> Result<Buf, Error> {
+    pub(crate) fn window_kv(&self, a: &GAttn, x: &Acts<'_>, positions: &[usize]) -> Result<Buf, Error> {
         let (cfg, rows) = (self.cfg(), positions.len());
         let (d, rd) = (cfg.head_dim, cfg.rope_head_dim);
         let cs = self.gpu.upload(&ops::rope_table(self.rope(RopeKind::Plain), positions))?;
-        let mut kv = self.norm(&a.wkv.forward(self.gpu, &Acts::new(x, rows, cfg.dim))?, &a.kv_norm, rows, d)?;
+        let mut kv = self.norm(&a.wkv.forward(self.gpu, x)?, &a.kv_norm, rows, d)?;
         ops::rope(self.gpu, &mut kv.view_mut(), &cs.view(), (rows, 1, d, rd), false)?;
         ops::qdq_fp8_pow2(self.gpu, &mut kv.view_mut(), rows * d, 32)?;
         Ok(kv)
@@ -118,10 +118,12 @@ impl GpuModel {
         let main = ds.main_proj.forward(self.gpu, &Acts::new(&hidden, n, dim * taps.len()))?;
         let main_x = self.norm(&main, &ds.main_norm, n, dim)?;
         let positions: Vec<usize> = (pos0 + first..pos0 + rows).collect();
+        // Every stage's `wkv` reads the same rows: one quantization for all of them.
+        let main_acts = Acts::new(&main_x, n, dim);
         let slots: Vec<i32> = positions.iter().map(|p| (p % w) as i32).collect();
         let slots = self.gpu.upload(&slots)?;
         for stage in &ds.stages {
-            let kv = self.window_kv(&stage.attn, &main_x, &positions)?;
+            let kv = self.window_kv(&stage.attn, &main_acts, &positions)?;
             let ring = &mut lane.windows[stage.role.layer];
             ops::scatter_rows(self.gpu, &kv.view(), &mut ring.view_mut(), &slots.view(), (n, cfg.head_dim * 2, w))?;
         }
@@ -135,11 +137,13 @@ impl GpuModel {
         let spans: Vec<(usize, usize)> = lanes.iter().map(|(c, _)| (c.pos0, c.rows)).collect();
         let rows: usize = spans.iter().map(|s| s.1).sum();
         let cs = self.lane_tables(lanes[0].0, &spans, RopeKind::Plain)?;
-        let qr = self.norm(&a.wq_a.forward(gpu, &Acts::new(x, rows, cfg.dim))?, &a.q_norm, rows, cfg.q_lora_rank)?;
+        // `wq_a` and `wkv` read the same rows: one quantization for both, as in `attn_front`.
+        let xa = Acts::new(x, rows, cfg.dim);
+        let qr = self.norm(&a.wq_a.forward(gpu, &xa)?, &a.q_norm, rows, cfg.q_lora_rank)?;
         let mut q = a.wq_b.forward(gpu, &Acts::new(&qr, rows, cfg.q_lora_rank))?;
         ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, d, rd), false)?;
         let positions: Vec<usize> = spans.iter().flat_map(|&(p, r)| p..p + r).collect();
-        let kv = self.window_kv(a, x, &positions)?;
+        let kv = self.window_kv(a, &xa, &positions)?;
         let mut o = gpu.pool().take(rows * heads * d * 2)?;
         let empty = gpu.pool().take(2)?;
         let mut r0 = 0;

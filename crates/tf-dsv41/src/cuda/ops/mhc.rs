@@ -144,6 +144,23 @@ pub fn hc_mixes(
     Ok(())
 }
 
+/// A collapse's checks (x `[rows, hc, dim]` bf16, mix `[rows, (2+hc)·hc]` f32, y `[rows, dim]` bf16): its hc and dim as kernel ints, `None` for no rows.
+fn collapse_args(
+    op: &'static str,
+    (x, mix, y): (&In<'_>, &In<'_>, &Out<'_>),
+    (rows, hc, dim): (usize, usize, usize),
+) -> Result<Option<(i32, i32)>, Error> {
+    let n = shape(op, hc, dim)?;
+    need(op, "x", x.len(), bytes(op, &[rows, hc, dim, 2])?)?;
+    need(op, "mix", mix.len(), bytes(op, &[rows, n, 4])?)?;
+    need(op, "y", y.len(), bytes(op, &[rows, dim, 2])?)?;
+    if rows == 0 {
+        return Ok(None);
+    }
+    int(op, "rows", rows)?;
+    Ok(Some((int(op, "hc", hc)?, int(op, "dim", dim)?)))
+}
+
 /// y bf16 [rows, dim] = hc_pre of each row with that row's `pre` (first hc floats of its mix).
 pub fn hc_pre(
     gpu: &Gpu,
@@ -153,16 +170,8 @@ pub fn hc_pre(
     (rows, hc, dim): (usize, usize, usize),
 ) -> Result<(), Error> {
     const OP: &str = "hc_pre";
-    let n = shape(OP, hc, dim)?;
-    need(OP, "x", x.len(), bytes(OP, &[rows, hc, dim, 2])?)?;
-    need(OP, "mix", mix.len(), bytes(OP, &[rows, n, 4])?)?;
-    need(OP, "y", y.len(), bytes(OP, &[rows, dim, 2])?)?;
-    if rows == 0 {
-        return Ok(());
-    }
+    let Some((hc_i, dim_i)) = collapse_args(OP, (x, mix, &*y), (rows, hc, dim))? else { return Ok(()) };
     let blocks = column_blocks(OP, dim)?;
-    int(OP, "rows", rows)?;
-    let (hc_i, dim_i) = (int(OP, "hc", hc)?, int(OP, "dim", dim)?);
     let f = gpu.function(&MHC.spec(&[]), OP)?;
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(mix).arg(y).arg(&hc_i).arg(&dim_i);
@@ -184,16 +193,9 @@ pub fn hc_pre_norm(
     norm: Norm,
 ) -> Result<(), Error> {
     const OP: &str = "hc_pre_norm";
-    let n = shape(OP, hc, dim)?;
-    need(OP, "x", x.len(), bytes(OP, &[rows, hc, dim, 2])?)?;
-    need(OP, "mix", mix.len(), bytes(OP, &[rows, n, 4])?)?;
     need(OP, "w", w.len(), bytes(OP, &[dim, 2])?)?;
-    need(OP, "y", y.len(), bytes(OP, &[rows, dim, 2])?)?;
-    if rows == 0 {
-        return Ok(());
-    }
-    int(OP, "rows", rows)?;
-    let (hc_i, dim_i, wide) = (int(OP, "hc", hc)?, int(OP, "dim", dim)?, i32::from(norm.sums == SumOrder::Lanes32));
+    let Some((hc_i, dim_i)) = collapse_args(OP, (x, mix, &*y), (rows, hc, dim))? else { return Ok(()) };
+    let wide = i32::from(norm.sums == SumOrder::Lanes32);
     let f = gpu.function(&NORM.spec(&[]), OP)?;
     let mut launch = gpu.stream().launch_builder(&f);
     launch.arg(x).arg(mix).arg(w).arg(y).arg(&hc_i).arg(&dim_i).arg(&norm.eps).arg(&wide);
