@@ -11,7 +11,7 @@ pub use error::CommError;
 pub use in_process::InProcessComm;
 pub use nccl::NcclComm;
 pub use profile::Profiled;
-pub use tcp::TcpComm;
+pub use tcp::{TcpComm, spare_loopback_port};
 
 /// One rank's handle on a group; every rank must issue the same collectives in the same order.
 pub trait Comm: Send {

@@ -369,3 +369,19 @@ impl Rounds for TcpComm {
         &self.own
     }
 }
+
+/// A loopback port free now and below Linux's ephemeral range (32768–60999), for a group's meeting address: no `:0` bind (the ranks' own listeners) or outgoing connection can take it before the caller binds it, and calls in one process never repeat one.
+pub fn spare_loopback_port() -> std::io::Result<u16> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..SPAN {
+        let step = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = (LOW + start.wrapping_add(step) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::new(ErrorKind::AddrInUse, "no spare loopback port in 20000..32000"))
+}

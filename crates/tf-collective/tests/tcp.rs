@@ -46,8 +46,7 @@ fn child(scenario_name: &str, rank: usize, world: usize, addr: &str) -> Child {
 }
 
 fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", tf_collective::spare_loopback_port().unwrap())
 }
 
 /// Where the parent's child processes start (the parent runs it too, and it returns at once there).

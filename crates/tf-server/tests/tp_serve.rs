@@ -67,9 +67,9 @@ fn tf_serve_tp2_answers_as_one_rank_does() {
     assert!(summary.contains("all_gather") && summary.starts_with("2 ranks"), "{summary}");
 }
 
-/// A free loopback port.
+/// A free loopback port outside the range the ranks' own `:0` listeners draw from.
 fn port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    tf_collective::spare_loopback_port().unwrap()
 }
 
 fn rank(r: usize, http: u16, meet: u16) -> std::process::Child {
