@@ -44,9 +44,6 @@ pub struct GpuModel {
 /// Per phase name: host enqueue seconds, total seconds, calls.
 pub type Profile = std::collections::BTreeMap<&'static str, (f64, f64, usize)>;
 
-/// Whether the attention and FFN inputs take one `hc_pre_norm` launch (the same ops) rather than `hc_pre` then `rms_norm`: off until a GPU run checks it.
-pub const PRE_NORM_FUSED: bool = false;
-
 /// What one forward call shares across its blocks.
 pub struct Call {
     pub pos0: usize,
@@ -288,11 +285,7 @@ impl GpuModel {
 
     /// f32 logits of every row of the streams (`head(norm(hc_pre(X, pre)))`), on the GPU: this rank's vocabulary share under a split.
     pub(crate) fn head_rows(&self, s: &GStreams) -> Result<Buf, Error> {
-        let cfg = self.cfg();
-        let (hc, dim) = (cfg.hc_mult, cfg.dim);
-        let mut c = self.gpu.pool().take(s.rows * dim * 2)?;
-        ops::hc_pre(self.gpu, &s.x.view(), &s.mix.view(), &mut c.view_mut(), (s.rows, hc, dim))?;
-        let normed = self.norm(&c, &self.norm, s.rows, dim)?;
+        let normed = self.pre_norm(&s.x, &s.mix, &self.norm, s.rows)?;
         self.phase("head", || self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1))
     }
 
@@ -369,12 +362,12 @@ impl GpuModel {
         self.pre_norm(&s.x, &s.mix, &b.attn_norm, s.rows)
     }
 
-    /// `norm(hc_pre(x, pre))` of `rows` rows, in one launch with [`PRE_NORM_FUSED`].
+    /// `norm(hc_pre(x, pre))` of `rows` rows, in one `hc_pre_norm` launch with `Options::fused_mhc`.
     fn pre_norm(&self, x: &Buf, mix: &Buf, w: &Buf, rows: usize) -> Result<Buf, Error> {
         let cfg = self.cfg();
         let (hc, dim) = (cfg.hc_mult, cfg.dim);
         let mut y = self.gpu.pool().take(rows * dim * 2)?;
-        if !PRE_NORM_FUSED {
+        if !self.opts.fused_mhc {
             ops::hc_pre(self.gpu, &x.view(), &mix.view(), &mut y.view_mut(), (rows, hc, dim))?;
             return self.norm(&y, w, rows, dim);
         }
@@ -387,7 +380,7 @@ impl GpuModel {
         let cfg = self.cfg();
         let hc = cfg.hc_mult;
         let mut mix = self.gpu.pool().take(rows * (2 + hc) * hc * 4)?;
-        let sinkhorn = ops::Sinkhorn::new(cfg.hc_sinkhorn_iters, cfg.hc_eps);
+        let sinkhorn = ops::Sinkhorn { iters: cfg.hc_sinkhorn_iters, eps: cfg.hc_eps, hc4: self.opts.fused_mhc };
         ops::hc_mixes(
             self.gpu,
             &x.view(),

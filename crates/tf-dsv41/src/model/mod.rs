@@ -57,6 +57,8 @@ pub struct Options {
     pub joint_lanes: bool,
     /// CUDA: decode calls of few (row, head) pairs run sparse attention as `attn_scores`, `attn_softmax`, `attn_pv` (same bits); off until a GPU run checks it.
     pub split_attn: bool,
+    /// CUDA: `hc_pre_norm` for the attention and FFN inputs and `hc_sinkhorn_warp4` at hc 4 (same bits); default [`FUSED_MHC`].
+    pub fused_mhc: bool,
     /// CUDA: calls averaging at least this many routed pairs per FP4 expert run them in tiles of one expert (same bits); 0: never.
     pub group_experts: usize,
     /// CUDA: calls averaging at least this many routed pairs per FP4 expert run tiles of 64 through the tiled kernel (same bits); 0: never.
@@ -98,6 +100,9 @@ impl PrefillMxfp4 {
     pub const DEFAULT: PrefillMxfp4 = PrefillMxfp4 { layers: usize::MAX, min_rows: 2048 };
 }
 
+/// Whether CUDA takes the fused mHC kernels (`Options::fused_mhc`) by default: off until a GPU run checks them.
+pub const FUSED_MHC: bool = false;
+
 /// Rows from which a tensor-parallel call splits its row-local work by rows: above any verify window, so decode gathers nothing more.
 pub const SP_ROWS: usize = 32;
 
@@ -138,6 +143,7 @@ impl Default for Options {
             tp_profile: None,
             joint_lanes: true,
             split_attn: false,
+            fused_mhc: FUSED_MHC,
             group_experts: GROUP_EXPERTS,
             tiled_experts: TILED_EXPERTS,
             expert_top_p: None,

@@ -112,14 +112,18 @@ fn run() -> Result<Value, String> {
     let splits: Vec<bool> = std::env::var("TF_BENCH_SPLIT_ATTN")
         .map(|l| l.split(',').filter_map(|v| v.trim().parse::<u8>().ok()).map(|v| v == 1).collect())
         .unwrap_or_else(|_| vec![model.opts.split_attn]);
+    // TF_BENCH_FUSED_MHC=0,1 likewise for `Options::fused_mhc`.
+    let fused: Vec<bool> = std::env::var("TF_BENCH_FUSED_MHC")
+        .map(|l| l.split(',').filter_map(|v| v.trim().parse::<u8>().ok()).map(|v| v == 1).collect())
+        .unwrap_or_else(|_| vec![model.opts.fused_mhc]);
     for b in batches {
-        for &split in &splits {
-            model.opts.split_attn = split;
-            println!("[bench] split_attn {split}");
+        for (&split, &fuse) in splits.iter().flat_map(|s| fused.iter().map(move |f| (s, f))) {
+            (model.opts.split_attn, model.opts.fused_mhc) = (split, fuse);
+            println!("[bench] split_attn {split} fused_mhc {fuse}");
             for &graphs in modes {
                 model.graphs = graphs;
                 let mut row = decode_batch(&model, &base, b, ctx, gbps, &mut rng)?;
-                row["split_attn"] = split.into();
+                (row["split_attn"], row["fused_mhc"]) = (split.into(), fuse.into());
                 decode.push(row);
             }
         }

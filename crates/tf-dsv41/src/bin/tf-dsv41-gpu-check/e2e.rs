@@ -140,13 +140,15 @@ impl Drop for TempModel {
     }
 }
 
-/// The gates on one synthetic model kind: replay on and off, replay off with the sequential-sum switch (GPU == CPU in that order too), and replay on with split attention.
+/// The gates on one synthetic model kind: replay on and off, replay off with the sequential-sum switch (GPU == CPU in that order too), replay on with split attention, and the fused mHC switch flipped.
 pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
     let dir = TempModel::write(&format!("e2e-{}", kind.name()), kind)?;
     let combos = [(true, false), (false, false), (false, true)];
     gates(gpu, rng, report, (kind, &dir, Options::default()), &combos, false)?;
     let split = Options { split_attn: true, ..Options::default() };
-    gates(gpu, rng, report, (kind, &dir, split), &[(true, false)], false)
+    gates(gpu, rng, report, (kind, &dir, split), &[(true, false)], false)?;
+    let fused = Options { fused_mhc: !Options::default().fused_mhc, ..Options::default() };
+    gates(gpu, rng, report, (kind, &dir, fused), &[(true, false), (false, true)], false)
 }
 
 /// The gates with routed experts grouped by expert from one pair an expert on average: tiles of up to 8 (`Options::group_experts`), or of 64 through the tiled kernel (`tiled`).
@@ -226,7 +228,8 @@ fn gates(
             _ => "",
         };
         let split = if base.split_attn { " split attention" } else { "" };
-        let name = format!("{}{exl3}{grouped}{split} replay {}{sums}", kind.name(), if replay { "on" } else { "off" });
+        let fused = if base.fused_mhc { " fused mHC" } else { "" };
+        let name = format!("{}{exl3}{grouped}{split}{fused} replay {}{sums}", kind.name(), if replay { "on" } else { "off" });
         let (mut solo, mut all) = (Vec::new(), Vec::new());
         for n in LENGTHS {
             let p = prompt(rng, n, vocab);

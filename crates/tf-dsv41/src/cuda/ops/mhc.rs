@@ -17,22 +17,12 @@ pub(super) const DOT_THREADS: u32 = 256;
 /// Up to this many rows `hc_dots` runs a block per (output, row); past it the tiled `dense` keeps each block busier.
 const DOT_ROWS: usize = 64;
 
-/// Whether hc 4 takes `hc_sinkhorn_warp4` (hc fixed at compile time, the same ops) by default: off until a GPU run checks it.
-pub const SINKHORN_HC4: bool = false;
-
-/// An mHC site's Sinkhorn: its iterations and eps, and whether hc 4 takes `hc_sinkhorn_warp4`.
+/// An mHC site's Sinkhorn: its iterations and eps, and whether hc 4 takes `hc_sinkhorn_warp4` (hc fixed at compile time, the same ops).
 #[derive(Clone, Copy, Debug)]
 pub struct Sinkhorn {
     pub iters: usize,
     pub eps: f32,
     pub hc4: bool,
-}
-
-impl Sinkhorn {
-    /// The default kernels ([`SINKHORN_HC4`]).
-    pub fn new(iters: usize, eps: f32) -> Sinkhorn {
-        Sinkhorn { iters, eps, hc4: SINKHORN_HC4 }
-    }
 }
 
 /// Fails naming `op` unless `1 ≤ hc ≤ MAX_HC` and `dim ≥ 1`; returns the mix width `(2+hc)·hc`.

@@ -23,7 +23,7 @@ pub use index::{
     Candidates, LaneMask, RowCandidates, ScoreLane, SelectLane, index_scores, index_scores_rows, index_select,
     index_select_rows,
 };
-pub use mhc::{SINKHORN_HC4, Sinkhorn, hc_mean, hc_mixes, hc_post, hc_pre, hc_pre_norm};
+pub use mhc::{Sinkhorn, hc_mean, hc_mixes, hc_post, hc_pre, hc_pre_norm};
 pub use moe::{moe_combine, moe_combine_joined, moe_with_shared, route, swiglu};
 pub use norm::rms_norm;
 pub use rope::{rope, rope_table};
