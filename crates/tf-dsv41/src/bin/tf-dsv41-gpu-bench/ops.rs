@@ -37,13 +37,27 @@ pub fn ops_bench(gpu: &Gpu, rows: usize) -> Result<Value, Error> {
         println!("[bench] op {rows} rows: {name:<44} {us:>9.1} µs  ({gbps:.0} GB/s of weights)");
         results.push(json!({"op": name, "rows": rows, "us": us, "weight_gbps": gbps}));
     };
-    let orders = [(SumOrder::Sequential, "sequential", false), (SumOrder::Lanes32, "lanes32", false), (SumOrder::Lanes32, "lanes32", true)];
+    let orders = [
+        (SumOrder::Sequential, "sequential", false),
+        (SumOrder::Lanes32, "lanes32", false),
+        (SumOrder::Lanes32, "lanes32", true),
+    ];
     for (sums, tag, hc4) in orders {
         let us = 1e3
             * time(gpu, |g| {
                 let mut o = out.view_mut();
                 let (s, b, shape, norm) = (&scale.view(), &base.view(), (rows, hc, dim), Norm { eps: 1e-6, sums });
-                ops::hc_mixes(g, &x.view(), &func.view(), s, b, &mut o, shape, ops::Sinkhorn { iters: 20, eps: 1e-6, hc4 }, norm)
+                ops::hc_mixes(
+                    g,
+                    &x.view(),
+                    &func.view(),
+                    s,
+                    b,
+                    &mut o,
+                    shape,
+                    ops::Sinkhorn { iters: 20, eps: 1e-6, hc4 },
+                    norm,
+                )
             })?;
         let warp4 = if hc4 { ", warp4" } else { "" };
         report(&format!("hc_mixes (24×20480 f32, x² {tag}, sinkhorn{warp4})"), us, mix * hc * dim * 4);

@@ -229,7 +229,8 @@ fn gates(
         };
         let split = if base.split_attn { " split attention" } else { "" };
         let fused = if base.fused_mhc { " fused mHC" } else { "" };
-        let name = format!("{}{exl3}{grouped}{split}{fused} replay {}{sums}", kind.name(), if replay { "on" } else { "off" });
+        let name =
+            format!("{}{exl3}{grouped}{split}{fused} replay {}{sums}", kind.name(), if replay { "on" } else { "off" });
         let (mut solo, mut all) = (Vec::new(), Vec::new());
         for n in LENGTHS {
             let p = prompt(rng, n, vocab);
