@@ -23,6 +23,7 @@ ap = argparse.ArgumentParser(description=__doc__, epilog=EXAMPLE, formatter_clas
 ap.add_argument("rev", help="the git revision to compare against")
 ap.add_argument("source")
 ap.add_argument("--prefix", action="append", default=[], help="files put before the source, as the crate's KernelSource does")
+ap.add_argument("--new-prefix", action="append", default=[], help="files put before the source in the working tree's build only (a header new since the revision)")
 ap.add_argument("--entry", action="append", required=True)
 ap.add_argument("--arch", default="compute_90")
 ap.add_argument("--old-define", action="append", default=[], help="a define for the revision's build only")
@@ -69,7 +70,7 @@ def float_ops(lines):
 
 
 old = ptx("".join(read(p, args.rev) + "\n" for p in args.prefix + [args.source]), args.old_define)
-new = ptx("".join(read(p, None) + "\n" for p in args.prefix + [args.source]), args.new_define)
+new = ptx("".join(read(p, None) + "\n" for p in args.prefix + args.new_prefix + [args.source]), args.new_define)
 for name in args.entry:
     a, b = body(old, name), body(new, name)
     if a == b:

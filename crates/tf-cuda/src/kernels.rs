@@ -23,8 +23,11 @@ impl KernelSource {
     }
 }
 
-/// `act_quant_fp8`: bf16 rows to FP8 E4M3 codes with power-of-two scales per 32, bit-exact to the CPU.
-pub const ACT_QUANT: KernelSource = KernelSource::new("act_quant", include_str!("../kernels/act_quant.cu"));
+/// `act_quant_fp8`: bf16 rows to FP8 E4M3 codes with power-of-two scales per 32, bit-exact to the CPU (tf-dsv41's norms include the same `fp8_quant.cuh`).
+pub const ACT_QUANT: KernelSource = KernelSource::new(
+    "act_quant",
+    concat!(include_str!("../kernels/fp8_quant.cuh"), include_str!("../kernels/act_quant.cu")),
+);
 
 /// `fp8_gemv`: block-scaled FP8 weights times 1..8 quantized activation rows, in the CPU reference's order.
 pub const FP8_GEMV: KernelSource = KernelSource::new("fp8_gemv", include_str!("../kernels/fp8_gemv.cu"));

@@ -19,9 +19,17 @@ fn every_kernel_file_is_listed() {
     let listed: Vec<String> = KERNELS.iter().map(|k| k.name.to_string()).collect();
     assert_eq!(files, listed, "tf_dsv41::cuda::kernels::KERNELS must list every kernels/*.cu, in name order");
     let common = std::fs::read_to_string(kernels_dir().join("common.cuh")).unwrap();
+    // The norms write FP8 codes with tf-cuda's act_quant helpers, so they also take its header.
+    let quant = std::fs::read_to_string(kernels_dir().join("../../tf-cuda/kernels/fp8_quant.cuh")).unwrap();
     for k in KERNELS {
         let on_disk = std::fs::read_to_string(kernels_dir().join(format!("{}.cu", k.name))).unwrap();
-        assert_eq!(k.source, common.clone() + &on_disk, "{}: the embedded source is common.cuh then the file", k.name);
+        let header = if k.name == "norm" { common.clone() + &quant } else { common.clone() };
+        assert_eq!(
+            k.source,
+            header + &on_disk,
+            "{}: the embedded source is common.cuh (and its headers) then the file",
+            k.name
+        );
     }
 }
 

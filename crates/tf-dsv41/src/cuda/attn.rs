@@ -4,7 +4,7 @@ use super::lane::GpuLane;
 use super::layer::GAttn;
 use super::model::{Call, GpuModel, Shared};
 use super::ops::{self, AttnPath, Io, KeyRows, KeySource, key_id};
-use super::weights::{Acts, Buf};
+use super::weights::{Buf, Normed};
 use crate::config::{AttnMode, LayerRole, RopeKind};
 use tf_core::formats::Fp4Scale;
 use tf_cuda::Error;
@@ -21,10 +21,8 @@ pub(crate) enum Pick {
     Index(usize),
 }
 
-/// Rows' E4M3 codes and scales, if made ([`Acts::into_fp8`]).
-type Fp8Rows = Option<(Buf, Buf)>;
-/// [`GpuModel::attn_front`]'s rows: the normed low-rank query and its codes, the query, the normed KV.
-type Front = (Buf, Fp8Rows, Option<Buf>, Buf);
+/// [`GpuModel::attn_front`]'s rows: the normed low-rank query with its codes, the query, the normed KV.
+type Front = (Normed, Option<Buf>, Buf);
 
 /// One lane's share of an attention call: its rows' context, its caches, and the selections it hands to later layers.
 pub(crate) struct LaneAttn<'a> {
@@ -41,9 +39,36 @@ impl GpuModel {
 
     /// RMSNorm of `rows` bf16 rows of `dim` into a new buffer.
     pub(crate) fn norm(&self, x: &Buf, w: &Buf, rows: usize, dim: usize) -> Result<Buf, Error> {
+        Ok(self.norm_rows(x, w, (rows, dim), false)?.x)
+    }
+
+    /// Code buffers for `rows × dim` when a norm feeding FP8 linears (`codes`) writes them (`Options::norm_codes`).
+    pub(crate) fn code_bufs(&self, rows: usize, dim: usize, codes: bool) -> Result<Option<(Buf, Buf)>, Error> {
+        if !(codes && self.opts.norm_codes && dim.is_multiple_of(32)) {
+            return Ok(None);
+        }
+        Ok(Some((self.gpu.pool().take(rows * dim)?, self.gpu.pool().take(rows * dim / 32 * 4)?)))
+    }
+
+    /// [`GpuModel::norm`] as a linear's input; with `codes` (its FP8 linears read them) and `Options::norm_codes`, its codes from the same launch.
+    pub(crate) fn norm_rows(
+        &self,
+        x: &Buf,
+        w: &Buf,
+        (rows, dim): (usize, usize),
+        codes: bool,
+    ) -> Result<Normed, Error> {
         let mut y = self.gpu.pool().take(rows * dim * 2)?;
-        ops::rms_norm(self.gpu, &x.view(), &w.view(), &mut y.view_mut(), rows, dim, self.cfg().norm())?;
-        Ok(y)
+        let mut fp8 = self.code_bufs(rows, dim, codes)?;
+        let (xv, wv, norm) = (x.view(), w.view(), self.cfg().norm());
+        match fp8.as_mut() {
+            Some((c, s)) => {
+                let codes = ops::Codes { codes: c.view_mut(), scales: s.view_mut() };
+                ops::rms_norm_quant(self.gpu, &xv, &wv, &mut y.view_mut(), codes, rows, dim, norm)?
+            }
+            None => ops::rms_norm(self.gpu, &xv, &wv, &mut y.view_mut(), rows, dim, norm)?,
+        }
+        Ok(Normed { x: y, rows, k: dim, fp8 })
     }
 
     /// Attention over the call's rows (`x` normed, bf16 `[rows, dim]`); updates the lane's caches, returns bf16 `[rows, dim]`.
@@ -51,13 +76,13 @@ impl GpuModel {
         &self,
         a: &GAttn,
         role: &LayerRole,
-        x: &Buf,
+        x: &Normed,
         call: &Call,
         lane: &mut GpuLane,
         shared: &mut Shared,
     ) -> Result<Buf, Error> {
         if role.is_dspark {
-            return self.draft_attention(a, x, &[(call, &lane.windows[role.layer])]);
+            return self.draft_attention(a, &x.x, &[(call, &lane.windows[role.layer])]);
         }
         self.attend_lanes(a, role, x, &mut [LaneAttn { call, lane, shared }])
     }
@@ -67,12 +92,12 @@ impl GpuModel {
         &self,
         a: &GAttn,
         role: &LayerRole,
-        x: &Buf,
+        x: &Normed,
         parts: &mut [crate::plan::Part<'_, GpuModel>],
     ) -> Result<Buf, Error> {
         if role.is_dspark {
             let lanes: Vec<(&Call, &Buf)> = parts.iter().map(|p| (&p.ctx, &p.lane.windows[role.layer])).collect();
-            return self.draft_attention(a, x, &lanes);
+            return self.draft_attention(a, &x.x, &lanes);
         }
         let mut lanes: Vec<LaneAttn<'_>> =
             parts.iter_mut().map(|p| LaneAttn { call: &p.ctx, lane: &mut *p.lane, shared: &mut p.shared }).collect();
@@ -106,12 +131,12 @@ impl GpuModel {
     }
 
     /// Lanes' rows one after another in `x`: row-wise ops once over all rows, caches per lane; every lane gets its bits alone.
-    fn attend_lanes(&self, a: &GAttn, role: &LayerRole, x: &Buf, lanes: &mut [LaneAttn<'_>]) -> Result<Buf, Error> {
+    fn attend_lanes(&self, a: &GAttn, role: &LayerRole, x: &Normed, lanes: &mut [LaneAttn<'_>]) -> Result<Buf, Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
         let (heads, d, rd, w) = (a.heads, cfg.head_dim, cfg.rope_head_dim, cfg.window_size);
         let spans: Vec<(usize, usize)> = lanes.iter().map(|l| (l.call.pos0, l.call.rows)).collect();
         let rows: usize = spans.iter().map(|s| s.1).sum();
-        let (qr, q8, mut q, mut kv) = self.phase("attn: q, kv", || self.attn_front(a, x, rows))?;
+        let (qr, mut q, mut kv) = self.phase("attn: q, kv", || self.attn_front(a, x, rows))?;
         let cs = self.lane_tables(lanes[0].call, &spans, role.rope)?;
         self.phase("attn: rope", || {
             if let Some(q) = q.as_mut() {
@@ -121,14 +146,14 @@ impl GpuModel {
             ops::qdq_fp8_pow2(gpu, &mut kv.view_mut(), rows * d, 32)
         })?;
         let ix = match role.mode != AttnMode::Swa && role.is_index_source {
-            true => Some(self.phase("attn: compress, index", || self.index_rows(a, x, (&qr, q8), cs, rows))?),
+            true => Some(self.phase("attn: compress, index", || self.index_rows(a, &x.x, &qr, cs, rows))?),
             false => None,
         };
         let mut o = match heads {
             0 => None,
             _ => Some(gpu.pool().take(rows * heads * d * 2)?),
         };
-        let fed = self.phase("attn: compress, index", || self.compress_lanes(a, role, x, lanes))?;
+        let fed = self.phase("attn: compress, index", || self.compress_lanes(a, role, &x.x, lanes))?;
         let (mut picks, mut at) = (Vec::with_capacity(lanes.len()), 0);
         for l in lanes.iter_mut() {
             let rows = fed.as_ref().filter(|_| role.is_kv_source && l.call.run_compressor);
@@ -224,36 +249,32 @@ impl GpuModel {
         ops::sparse_attn_rows(gpu, &q.view(), &keys, &sink, &mut o.view_mut(), (heads, d, w, s), scale)
     }
 
-    /// The row-wise front of attention: normed low-rank query (and its FP8 codes if `wq_b` made them), the query (none on a rank without heads), normed KV; no RoPE yet.
-    fn attn_front(&self, a: &GAttn, x: &Buf, rows: usize) -> Result<Front, Error> {
+    /// The row-wise front of attention: normed low-rank query (with the FP8 codes its `wq_b` read), the query (none on a rank without heads), normed KV; no RoPE yet.
+    fn attn_front(&self, a: &GAttn, x: &Normed, rows: usize) -> Result<Front, Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
-        let xq = Acts::new(x, rows, cfg.dim);
-        let qr = self.norm(&a.wq_a.forward(gpu, &xq)?, &a.q_norm, rows, cfg.q_lora_rank)?;
-        let qa = Acts::new(&qr, rows, cfg.q_lora_rank);
+        let xq = x.acts();
+        let mut qr = self.norm_rows(&a.wq_a.forward(gpu, &xq)?, &a.q_norm, (rows, cfg.q_lora_rank), a.wq_b.is_fp8())?;
+        let qa = qr.acts();
         // A tensor-parallel rank without heads runs no query (its share of the outputs is empty).
         let q = match a.heads {
             0 => None,
             _ => Some(a.wq_b.forward(gpu, &qa)?),
         };
-        let q8 = qa.into_fp8();
+        // Codes `wq_b` made itself go with the rows, for the indexer's `wq_b`: one quantization for both.
+        if let Some(made) = qa.into_fp8() {
+            qr.fp8 = Some(made);
+        }
         let kv = self.norm(&a.wkv.forward(gpu, &xq)?, &a.kv_norm, rows, cfg.head_dim)?;
-        Ok((qr, q8, q, kv))
+        Ok((qr, q, kv))
     }
 
     /// The indexer's row-wise inputs of every row: its query (RoPE'd, FP4-rounded) and its per-head weights.
-    fn index_rows(
-        &self,
-        a: &GAttn,
-        x: &Buf,
-        (qr, q8): (&Buf, Fp8Rows),
-        cs: &Buf,
-        rows: usize,
-    ) -> Result<(Buf, Buf), Error> {
+    fn index_rows(&self, a: &GAttn, x: &Buf, qr: &Normed, cs: &Buf, rows: usize) -> Result<(Buf, Buf), Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
         let ix = a.indexer.as_ref().expect("index sources have an indexer");
         let (heads, hd, rd) = (cfg.index_n_heads, cfg.index_head_dim, cfg.rope_head_dim);
-        // The low-rank query's codes from the main query's `wq_b`, when it made them: one quantization for both.
-        let mut q = ix.wq_b.forward(gpu, &Acts::with_fp8(qr, rows, cfg.q_lora_rank, q8))?;
+        // The low-rank query's codes from its norm or the main query's `wq_b`, when either made them: one quantization for all.
+        let mut q = ix.wq_b.forward(gpu, &qr.acts())?;
         ops::rope(gpu, &mut q.view_mut(), &cs.view(), (rows, heads, hd, rd), false)?;
         ops::qdq_fp4(gpu, &mut q.view_mut(), rows * heads * hd, 32, Fp4Scale::E8m0)?;
         let wts = ix.weights_proj.forward(gpu, x, Io::Bf16, Io::Bf16, rows, 1)?;

@@ -78,7 +78,7 @@ impl Backend for GpuModel {
         let b = &self.blocks[layer];
         if b.role.is_kv_source {
             let a_in = self.attn_input(b, s)?;
-            let (kv, gate) = self.compress_inputs(&b.attn, &b.role, &a_in, s.rows)?;
+            let (kv, gate) = self.compress_inputs(&b.attn, &b.role, &a_in.x, s.rows)?;
             self.compress_rows(&b.attn, &b.role, (&kv, gate.as_ref(), 0), pos0, s.rows, lane)?;
         }
         Ok(())

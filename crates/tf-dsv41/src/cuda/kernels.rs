@@ -55,8 +55,14 @@ pub const ROPE: KernelSource =
     KernelSource::new("rope", concat!(include_str!("../../kernels/common.cuh"), include_str!("../../kernels/rope.cu")));
 
 /// `rms_norm_seq`: RMSNorm in the CPU's summation order.
-pub const NORM: KernelSource =
-    KernelSource::new("norm", concat!(include_str!("../../kernels/common.cuh"), include_str!("../../kernels/norm.cu")));
+pub const NORM: KernelSource = KernelSource::new(
+    "norm",
+    concat!(
+        include_str!("../../kernels/common.cuh"),
+        include_str!("../../../tf-cuda/kernels/fp8_quant.cuh"),
+        include_str!("../../kernels/norm.cu")
+    ),
+);
 
 /// `embed_rows`, `scatter_rows`: the embedding gather and ring-slot scatters.
 pub const ROWS: KernelSource =

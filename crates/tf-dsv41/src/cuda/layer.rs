@@ -182,6 +182,11 @@ impl GMoe {
         Ok(moe)
     }
 
+    /// Whether the FFN input's FP8 codes are read: an FP8 shared expert or FP4 routed experts (EXL3 reads bf16).
+    pub fn reads_codes(&self) -> bool {
+        self.shared[0].is_fp8() || matches!(self.w1, super::weights::Experts4::Fp4 { .. })
+    }
+
     /// Puts an EXL3 shared expert of the routed shape into the routed launches (same kernels, so the same bits).
     pub fn join_shared(&mut self, gpu: &'static Gpu) -> Result<(), Error> {
         let [s1, s2, s3] = &self.shared;

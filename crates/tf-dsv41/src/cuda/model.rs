@@ -3,7 +3,7 @@
 use super::lane::{GCache, GpuLane};
 use super::layer::GBlock;
 use super::ops::{self, Io};
-use super::weights::{Acts, Buf, Exl3Run, Mat, upload_bf16};
+use super::weights::{Acts, Buf, Exl3Run, Mat, Normed, upload_bf16};
 use crate::config::{Config, RopeKind};
 use crate::model::{Model, Options};
 use crate::plan::Part;
@@ -285,7 +285,7 @@ impl GpuModel {
 
     /// f32 logits of every row of the streams (`head(norm(hc_pre(X, pre)))`), on the GPU: this rank's vocabulary share under a split.
     pub(crate) fn head_rows(&self, s: &GStreams) -> Result<Buf, Error> {
-        let normed = self.pre_norm(&s.x, &s.mix, &self.norm, s.rows)?;
+        let normed = self.pre_norm(&s.x, &s.mix, &self.norm, s.rows, false)?.x;
         self.phase("head", || self.head.forward(self.gpu, &normed, Io::Bf16, Io::F32, s.rows, 1))
     }
 
@@ -348,7 +348,8 @@ impl GpuModel {
             ops::hc_post(gpu, &a.view(), &s.x.view(), &mix_a.view(), &mut x.view_mut(), (rows, hc, dim))
         })?;
         let mix_f = self.phase("mhc mixes", || self.mixes(&b.hc_ffn, &x, rows))?;
-        let f_in = self.phase("hc_pre + norm", || self.pre_norm(&x, &mix_a, &b.ffn_norm, rows))?;
+        let codes = b.ffn.reads_codes();
+        let f_in = self.phase("hc_pre + norm", || self.pre_norm(&x, &mix_a, &b.ffn_norm, rows, codes))?;
         let f = self.phase("moe", || self.moe(&b.ffn, &f_in, rows))?;
         self.phase("hc_post", || {
             ops::hc_post(gpu, &f.view(), &x.view(), &mix_f.view(), &mut s.x.view_mut(), (rows, hc, dim))
@@ -357,23 +358,26 @@ impl GpuModel {
         Ok(())
     }
 
-    /// The normed attention input of every row: `attn_norm(hc_pre(X, pre))`.
-    pub(crate) fn attn_input(&self, b: &GBlock, s: &GStreams) -> Result<Buf, Error> {
-        self.pre_norm(&s.x, &s.mix, &b.attn_norm, s.rows)
+    /// The normed attention input of every row: `attn_norm(hc_pre(X, pre))`, with codes where its FP8 linears read them.
+    pub(crate) fn attn_input(&self, b: &GBlock, s: &GStreams) -> Result<Normed, Error> {
+        let codes = b.attn.wq_a.is_fp8() || b.attn.wkv.is_fp8();
+        self.pre_norm(&s.x, &s.mix, &b.attn_norm, s.rows, codes)
     }
 
-    /// `norm(hc_pre(x, pre))` of `rows` rows, in one `hc_pre_norm` launch with `Options::fused_mhc`.
-    fn pre_norm(&self, x: &Buf, mix: &Buf, w: &Buf, rows: usize) -> Result<Buf, Error> {
+    /// `norm(hc_pre(x, pre))` of `rows` rows, in one `hc_pre_norm` launch with `Options::fused_mhc`; `codes` as [`GpuModel::norm_rows`].
+    fn pre_norm(&self, x: &Buf, mix: &Buf, w: &Buf, rows: usize, codes: bool) -> Result<Normed, Error> {
         let cfg = self.cfg();
         let (hc, dim) = (cfg.hc_mult, cfg.dim);
         let mut y = self.gpu.pool().take(rows * dim * 2)?;
         if !self.opts.fused_mhc {
             ops::hc_pre(self.gpu, &x.view(), &mix.view(), &mut y.view_mut(), (rows, hc, dim))?;
-            return self.norm(&y, w, rows, dim);
+            return self.norm_rows(&y, w, (rows, dim), codes);
         }
+        let mut fp8 = self.code_bufs(rows, dim, codes)?;
+        let out = fp8.as_mut().map(|(c, s)| ops::Codes { codes: c.view_mut(), scales: s.view_mut() });
         let (xv, mv, wv) = (x.view(), mix.view(), w.view());
-        ops::hc_pre_norm(self.gpu, &xv, &mv, &wv, &mut y.view_mut(), (rows, hc, dim), cfg.norm())?;
-        Ok(y)
+        ops::hc_pre_norm(self.gpu, &xv, &mv, &wv, &mut y.view_mut(), out, (rows, hc, dim), cfg.norm())?;
+        Ok(Normed { x: y, rows, k: dim, fp8 })
     }
 
     pub(crate) fn mixes(&self, site: &super::layer::GHc, x: &Buf, rows: usize) -> Result<Buf, Error> {

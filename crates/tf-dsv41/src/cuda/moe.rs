@@ -3,13 +3,14 @@
 use super::layer::GMoe;
 use super::model::GpuModel;
 use super::ops::{self, Io};
-use super::weights::{Acts, Buf};
+use super::weights::{Acts, Buf, Normed};
 use tf_cuda::Error;
 
 impl GpuModel {
-    /// The MoE of `rows` normed bf16 rows; bf16 `[rows, dim]`.
-    pub(crate) fn moe(&self, m: &GMoe, x: &Buf, rows: usize) -> Result<Buf, Error> {
+    /// The MoE of `rows` normed bf16 rows (with their FP8 codes where the norm wrote them); bf16 `[rows, dim]`.
+    pub(crate) fn moe(&self, m: &GMoe, normed: &Normed, rows: usize) -> Result<Buf, Error> {
         let (gpu, cfg) = (self.gpu, self.cfg());
+        let x = &normed.x;
         let (dim, inter, topk, experts) = (cfg.dim, cfg.moe_inter_dim, m.topk, m.experts);
         let logits = self.phase("moe: gate", || m.gate.forward(gpu, x, Io::Bf16, Io::F32, rows, 1))?;
         let (mut ids, mut wts) = (gpu.pool().take(rows * topk * 4)?, gpu.pool().take(rows * topk * 4)?);
@@ -26,7 +27,7 @@ impl GpuModel {
         if let Some(log) = super::model::unlocked(&self.route_log).as_mut() {
             log.push(gpu.download::<i32>(&ids)?);
         }
-        let xq = Acts::new(x, rows, dim);
+        let xq = normed.acts();
         let pairs = rows * topk;
         // The CPU's rule (Moe::forward): a call of at least min_rows rows runs the MXFP4 copies when they exist.
         let [w1, w2, w3] = match &m.prefill {

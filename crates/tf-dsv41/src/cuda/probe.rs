@@ -1,7 +1,7 @@
 //! Where the GPU forward leaves the CPU's: each block's steps run on the GPU from the CPU's own inputs, then compared.
 
 use super::model::{GStreams, GpuModel, Shared as GShared};
-use super::weights::Buf;
+use super::weights::{Buf, Normed};
 use crate::attn::{AttnCall, Shared};
 use crate::linear::rms_norm_rows;
 use crate::mhc::HcMix;
@@ -35,6 +35,11 @@ fn flat(m: &[HcMix]) -> Vec<f32> {
 impl GpuModel {
     fn up(&self, v: &[bf16]) -> Result<Buf> {
         Ok(self.gpu.upload(&v.iter().map(|b| b.to_bits()).collect::<Vec<u16>>())?)
+    }
+
+    /// The CPU's normed rows uploaded as a linear's input (no codes: its FP8 linears quantize them).
+    fn normed(&self, v: &[bf16], dim: usize) -> Result<Normed> {
+        Ok(Normed { x: self.up(v)?, rows: v.len() / dim, k: dim, fp8: None })
     }
 
     fn down(&self, b: &Buf) -> Result<Vec<f32>> {
@@ -89,7 +94,7 @@ impl GpuModel {
             let gmix = self.mixes(&gb.hc_attn, &gs.x, rows)?;
             row(format!("L{l} hc_attn mixes"), self.gpu.download(&gmix)?, &flat(&mix_a));
             let a_in = b.attn_input(&s, &cfg);
-            row(format!("L{l} attn_input"), self.down(&self.attn_input(gb, &gs)?)?, &f32s(&a_in));
+            row(format!("L{l} attn_input"), self.down(&self.attn_input(gb, &gs)?.x)?, &f32s(&a_in));
             let acall = AttnCall {
                 role: &b.role,
                 rope: bcall.rope,
@@ -98,7 +103,7 @@ impl GpuModel {
                 run_compressor: true,
                 quirks: cpu.opts.quirks,
             };
-            let ga = self.attention(&gb.attn, &gb.role, &self.up(&a_in)?, &call, &mut lane, &mut gshared)?;
+            let ga = self.attention(&gb.attn, &gb.role, &self.normed(&a_in, dim)?, &call, &mut lane, &mut gshared)?;
             let a = b.attn.forward(&a_in, &acall, &mut st, &mut shared);
             row(format!("L{l} attention"), self.down(&ga)?, &f32s(&a));
             let width = hc * dim;
@@ -112,7 +117,7 @@ impl GpuModel {
                 .collect();
             let normed = rms_norm_rows(&f_pre, &b.ffn_norm, norm);
             let f = b.ffn.forward(&normed, rows);
-            row(format!("L{l} moe"), self.down(&self.moe(&gb.ffn, &self.up(&normed)?, rows)?)?, &f32s(&f));
+            row(format!("L{l} moe"), self.down(&self.moe(&gb.ffn, &self.normed(&normed, dim)?, rows)?)?, &f32s(&f));
             let mix_f = b.hc_ffn.mixes(&x, rows, hc, iters, norm, hc_eps);
             let gmf = self.mixes(&gb.hc_ffn, &self.up(&x)?, rows)?;
             row(format!("L{l} hc_ffn mixes"), self.gpu.download(&gmf)?, &flat(&mix_f));

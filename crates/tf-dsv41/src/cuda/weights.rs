@@ -24,18 +24,20 @@ pub struct Acts<'x> {
     pub x: &'x Buf,
     pub rows: usize,
     pub k: usize,
+    /// Codes and scales the rows' producer wrote beside them (a norm's `rms_norm_quant`), borrowed.
+    made: Option<(&'x Buf, &'x Buf)>,
     fp8: OnceCell<(Buf, Buf)>,
 }
 
 impl<'x> Acts<'x> {
     /// `rows × k` bf16 (`x`); an FP8/FP4 weight quantizes it as the CPU's `QuantActs` does (bit-exact), EXL3 reads it as is.
     pub fn new(x: &'x Buf, rows: usize, k: usize) -> Acts<'x> {
-        Acts { x, rows, k, fp8: OnceCell::new() }
+        Acts { x, rows, k, made: None, fp8: OnceCell::new() }
     }
 
     /// `new`, with the codes and scales an earlier `Acts` of the same rows quantized (`None`: quantized on first use).
     pub fn with_fp8(x: &'x Buf, rows: usize, k: usize, fp8: Option<(Buf, Buf)>) -> Acts<'x> {
-        Acts { x, rows, k, fp8: fp8.map(OnceCell::from).unwrap_or_default() }
+        Acts { x, rows, k, made: None, fp8: fp8.map(OnceCell::from).unwrap_or_default() }
     }
 
     /// The codes and scales, if a linear quantized the rows, for another `Acts` of them.
@@ -43,8 +45,11 @@ impl<'x> Acts<'x> {
         self.fp8.into_inner()
     }
 
-    /// The E4M3 codes and scales, quantized once.
+    /// The E4M3 codes and scales: the producer's, else quantized once.
     pub fn fp8(&self, gpu: &'static Gpu) -> Result<(&Buf, &Buf), Error> {
+        if let Some(made) = self.made {
+            return Ok(made);
+        }
         if self.fp8.get().is_none() {
             let mut codes = gpu.pool().take(self.rows * self.k)?;
             let mut scales = gpu.pool().take(self.rows * self.k / 32 * 4)?;
@@ -53,6 +58,22 @@ impl<'x> Acts<'x> {
         }
         let (c, s) = self.fp8.get().expect("set above");
         Ok((c, s))
+    }
+}
+
+/// A norm's bf16 rows `[rows, k]` and, where it wrote them (`Options::norm_codes`), their FP8 codes and scales.
+pub struct Normed {
+    pub x: Buf,
+    pub rows: usize,
+    pub k: usize,
+    pub fp8: Option<(Buf, Buf)>,
+}
+
+impl Normed {
+    /// The rows as a linear's input, its FP8 linears reading the norm's codes.
+    pub fn acts(&self) -> Acts<'_> {
+        let made = self.fp8.as_ref().map(|(c, s)| (c, s));
+        Acts { x: &self.x, rows: self.rows, k: self.k, made, fp8: OnceCell::new() }
     }
 }
 
@@ -94,6 +115,11 @@ impl Lin8 {
         let (codes, scales) = w.raw();
         let w8 = LinW::Fp8 { w: gpu.upload_exact(codes)?, scale: gpu.upload_exact(scales)? };
         Ok(Lin8 { w: w8, n: w.out_features(), k: w.in_features() })
+    }
+
+    /// Whether the weight is FP8 (its input is quantized), not EXL3.
+    pub fn is_fp8(&self) -> bool {
+        matches!(self.w, LinW::Fp8 { .. })
     }
 
     /// Device bytes of the weight.

@@ -59,6 +59,8 @@ pub struct Options {
     pub split_attn: bool,
     /// CUDA: `hc_pre_norm` for the attention and FFN inputs and `hc_sinkhorn_warp4` at hc 4 (same bits); default [`FUSED_MHC`].
     pub fused_mhc: bool,
+    /// CUDA: norms that feed FP8 linears write their output's FP8 codes in the same launch (same bits); default [`NORM_CODES`].
+    pub norm_codes: bool,
     /// CUDA: calls averaging at least this many routed pairs per FP4 expert run them in tiles of one expert (same bits); 0: never.
     pub group_experts: usize,
     /// CUDA: calls averaging at least this many routed pairs per FP4 expert run tiles of 64 through the tiled kernel (same bits); 0: never.
@@ -103,6 +105,9 @@ impl PrefillMxfp4 {
 /// Whether CUDA takes the fused mHC kernels (`Options::fused_mhc`) by default: off until a GPU run checks them.
 pub const FUSED_MHC: bool = false;
 
+/// Whether CUDA norms write their FP8 codes (`Options::norm_codes`) by default: off until a GPU run checks them.
+pub const NORM_CODES: bool = false;
+
 /// Rows from which a tensor-parallel call splits its row-local work by rows: above any verify window, so decode gathers nothing more.
 pub const SP_ROWS: usize = 32;
 
@@ -144,6 +149,7 @@ impl Default for Options {
             joint_lanes: true,
             split_attn: false,
             fused_mhc: FUSED_MHC,
+            norm_codes: NORM_CODES,
             group_experts: GROUP_EXPERTS,
             tiled_experts: TILED_EXPERTS,
             expert_top_p: None,

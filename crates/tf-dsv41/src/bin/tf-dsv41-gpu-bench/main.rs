@@ -109,21 +109,24 @@ fn run() -> Result<Value, String> {
     // TF_BENCH_GRAPHS=0 times direct launches only; 1 (the default) times each batch both ways in this run.
     let modes: &[bool] = if env("TF_BENCH_GRAPHS", 1) == 1 { &[false, true] } else { &[false] };
     // TF_BENCH_SPLIT_ATTN=0,1 times each batch with `Options::split_attn` off, then on; the rest of the run keeps the last.
-    let splits: Vec<bool> = std::env::var("TF_BENCH_SPLIT_ATTN")
-        .map(|l| l.split(',').filter_map(|v| v.trim().parse::<u8>().ok()).map(|v| v == 1).collect())
-        .unwrap_or_else(|_| vec![model.opts.split_attn]);
-    // TF_BENCH_FUSED_MHC=0,1 likewise for `Options::fused_mhc`.
-    let fused: Vec<bool> = std::env::var("TF_BENCH_FUSED_MHC")
-        .map(|l| l.split(',').filter_map(|v| v.trim().parse::<u8>().ok()).map(|v| v == 1).collect())
-        .unwrap_or_else(|_| vec![model.opts.fused_mhc]);
+    let splits = switch_list("TF_BENCH_SPLIT_ATTN", model.opts.split_attn);
+    // TF_BENCH_FUSED_MHC=0,1 and TF_BENCH_NORM_CODES=0,1 likewise for `Options::fused_mhc` and `Options::norm_codes`.
+    let fused = switch_list("TF_BENCH_FUSED_MHC", model.opts.fused_mhc);
+    let codes = switch_list("TF_BENCH_NORM_CODES", model.opts.norm_codes);
+    let mut combos = Vec::new();
+    for &s in &splits {
+        for &f in &fused {
+            combos.extend(codes.iter().map(|&c| (s, f, c)));
+        }
+    }
     for b in batches {
-        for (&split, &fuse) in splits.iter().flat_map(|s| fused.iter().map(move |f| (s, f))) {
-            (model.opts.split_attn, model.opts.fused_mhc) = (split, fuse);
-            println!("[bench] split_attn {split} fused_mhc {fuse}");
+        for &(split, fuse, code) in &combos {
+            (model.opts.split_attn, model.opts.fused_mhc, model.opts.norm_codes) = (split, fuse, code);
+            println!("[bench] split_attn {split} fused_mhc {fuse} norm_codes {code}");
             for &graphs in modes {
                 model.graphs = graphs;
                 let mut row = decode_batch(&model, &base, b, ctx, gbps, &mut rng)?;
-                (row["split_attn"], row["fused_mhc"]) = (split.into(), fuse.into());
+                (row["split_attn"], row["fused_mhc"], row["norm_codes"]) = (split.into(), fuse.into(), code.into());
                 decode.push(row);
             }
         }
@@ -176,6 +179,13 @@ fn run() -> Result<Value, String> {
 }
 
 /// `b` rows per call on a fork of the context lane: route pass (untimed), two warm calls, then the median of STEPS.
+/// A switch's values from `var` (a list such as `0,1`), else its current value alone.
+fn switch_list(var: &str, current: bool) -> Vec<bool> {
+    std::env::var(var)
+        .map(|l| l.split(',').filter_map(|v| v.trim().parse::<u8>().ok()).map(|v| v == 1).collect())
+        .unwrap_or_else(|_| vec![current])
+}
+
 fn decode_batch(
     model: &GpuModel,
     base: &GpuLane,

@@ -140,14 +140,15 @@ impl Drop for TempModel {
     }
 }
 
-/// The gates on one synthetic model kind: replay on and off, replay off with the sequential-sum switch (GPU == CPU in that order too), replay on with split attention, and the fused mHC switch flipped.
+/// The gates on one synthetic model kind: replay on and off, replay off with the sequential-sum switch (GPU == CPU in that order too), replay on with split attention, and the fused mHC and norm-codes switches flipped.
 pub fn check(gpu: &'static Gpu, rng: &mut SplitMix64, report: &mut Report, kind: TinyKind) -> Result<(), Error> {
     let dir = TempModel::write(&format!("e2e-{}", kind.name()), kind)?;
     let combos = [(true, false), (false, false), (false, true)];
     gates(gpu, rng, report, (kind, &dir, Options::default()), &combos, false)?;
     let split = Options { split_attn: true, ..Options::default() };
     gates(gpu, rng, report, (kind, &dir, split), &[(true, false)], false)?;
-    let fused = Options { fused_mhc: !Options::default().fused_mhc, ..Options::default() };
+    let base = Options::default();
+    let fused = Options { fused_mhc: !base.fused_mhc, norm_codes: !base.norm_codes, ..base };
     gates(gpu, rng, report, (kind, &dir, fused), &[(true, false), (false, true)], false)
 }
 
@@ -229,8 +230,9 @@ fn gates(
         };
         let split = if base.split_attn { " split attention" } else { "" };
         let fused = if base.fused_mhc { " fused mHC" } else { "" };
-        let name =
-            format!("{}{exl3}{grouped}{split}{fused} replay {}{sums}", kind.name(), if replay { "on" } else { "off" });
+        let codes = if base.norm_codes { " norm codes" } else { "" };
+        let on = if replay { "on" } else { "off" };
+        let name = format!("{}{exl3}{grouped}{split}{fused}{codes} replay {on}{sums}", kind.name());
         let (mut solo, mut all) = (Vec::new(), Vec::new());
         for n in LENGTHS {
             let p = prompt(rng, n, vocab);

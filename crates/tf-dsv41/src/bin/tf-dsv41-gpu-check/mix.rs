@@ -2,7 +2,7 @@
 
 use crate::util::{bf16s, diff_bf16, diff_f32, download_bf16, normals, poisoned_bf16, poisoned_f32};
 use tf_core::bf16;
-use tf_core::formats::to_bf16;
+use tf_core::formats::{quant_fp8_pow2, to_bf16};
 use tf_core::ops::SumOrder;
 use tf_core::rng::SplitMix64;
 use tf_cuda::report::Report;
@@ -29,7 +29,7 @@ fn flat(m: &[HcMix]) -> Vec<f32> {
 }
 
 pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(), Error> {
-    // 11 rows at the flash width cross dense's 8-row tiles, width 1,284 sums x² apart, 70 rows take the tiled dense, hc 3 and 6 the generic Sinkhorns, dim 9,000 the unstaged norm.
+    // 11 rows at the flash width cross dense's 8-row tiles, width 1,284 sums x² apart, 70 rows take the tiled dense, hc 3 and 6 the generic Sinkhorns, dims 9,000 and 9,024 the unstaged norm (9,024 with codes).
     for shape in [
         (6, 4, 320),
         (11, 4, 5120),
@@ -40,6 +40,7 @@ pub fn check(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
         (5, 3, 320),
         (4, 6, 160),
         (2, 4, 9000),
+        (2, 4, 9024),
     ] {
         for sums in [SumOrder::Sequential, SumOrder::Lanes32] {
             mhc_case(gpu, rng, report, shape, Norm { eps: 1e-6, sums })?;
@@ -91,7 +92,7 @@ fn mhc_case(
     let w = bf16s(rng, dim, 1.0);
     let mut nd = poisoned_bf16(gpu, rows * dim)?;
     let (wd, normed_want) = (up_bf16(gpu, &w)?, rms_norm_rows(&pre_want, &w, norm));
-    ops::hc_pre_norm(gpu, &xd.view(), &cpu_mix.view(), &wd.view(), &mut nd.view_mut(), (rows, hc, dim), norm)?;
+    ops::hc_pre_norm(gpu, &xd.view(), &cpu_mix.view(), &wd.view(), &mut nd.view_mut(), None, (rows, hc, dim), norm)?;
     let d = diff_bf16(&download_bf16(gpu, &nd)?, &normed_want);
     report.row(
         "hc_pre_norm",
@@ -99,6 +100,13 @@ fn mhc_case(
         d.describe("ulp"),
         d.pass(0.0),
     );
+    let case = format!("{rows} rows × {dim}, hc {hc}, x² {:?}", norm.sums);
+    codes_case(gpu, report, ("hc_pre_norm_quant", &case), &normed_want, dim, |y, c| {
+        ops::hc_pre_norm(gpu, &xd.view(), &cpu_mix.view(), &wd.view(), y, Some(c), (rows, hc, dim), norm)
+    })?;
+    codes_case(gpu, report, ("rms_norm_quant", &case), &normed_want, dim, |y, c| {
+        ops::rms_norm_quant(gpu, &yd.view(), &wd.view(), y, c, rows, dim, norm)
+    })?;
     let f = bf16s(rng, rows * dim, 1.0);
     let post_want: Vec<bf16> = (0..rows)
         .flat_map(|r| hc_post(&f[r * dim..(r + 1) * dim], &x[r * hc * dim..(r + 1) * hc * dim], &want[r], dim))
@@ -107,6 +115,36 @@ fn mhc_case(
     ops::hc_post(gpu, &up_bf16(gpu, &f)?.view(), &xd.view(), &cpu_mix.view(), &mut od.view_mut(), (rows, hc, dim))?;
     let d = diff_bf16(&download_bf16(gpu, &od)?, &post_want);
     report.row("hc_post", format!("{rows} rows from the CPU's mixes"), d.describe("ulp"), d.pass(0.0));
+    Ok(())
+}
+
+/// A norm that writes its FP8 codes: its rows equal `want` and its codes and scales act_quant_fp8's of `want` (the CPU's `quant_fp8_pow2`), bit for bit; a dim of partial 32-groups is refused naming it.
+fn codes_case(
+    gpu: &Gpu,
+    report: &mut Report,
+    (op, case): (&str, &str),
+    want: &[bf16],
+    dim: usize,
+    run: impl FnOnce(&mut ops::Out<'_>, ops::Codes<'_>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let n = want.len();
+    let (mut y, mut cd, mut sd) =
+        (poisoned_bf16(gpu, n)?, gpu.upload(&vec![0xA5u8; n])?, poisoned_f32(gpu, n.div_ceil(32))?);
+    let got = run(&mut y.view_mut(), ops::Codes { codes: cd.view_mut(), scales: sd.view_mut() });
+    if !dim.is_multiple_of(32) {
+        let refused = got.as_ref().is_err_and(|e| e.to_string().contains("not a multiple of 32"));
+        report.row(op, case.to_string(), format!("{got:?}"), refused);
+        return Ok(());
+    }
+    got?;
+    let q = quant_fp8_pow2(want, 32);
+    let rows_ok = diff_bf16(&download_bf16(gpu, &y)?, want);
+    let codes: Vec<u8> = gpu.download(&cd)?;
+    let scales: Vec<f32> = gpu.download(&sd)?;
+    let code_diff = codes.iter().zip(&q.codes).filter(|(a, b)| a != b).count();
+    let scale_diff = scales.iter().zip(&q.scales).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    let what = format!("{}; {code_diff} codes, {scale_diff} scales differ", rows_ok.describe("ulp"));
+    report.row(op, case.to_string(), what, rows_ok.pass(0.0) && code_diff == 0 && scale_diff == 0);
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! `hc_mixes`, `hc_pre`, `hc_post`, `hc_mean`: the mHC site (dsv41 §8) as `crate::mhc` computes it.
 
+use super::norm::{Codes, check_codes};
 use super::{In, Out, bytes, grid, grid1, int, need};
 use crate::cuda::kernels::{MHC, NORM};
 use crate::linear::Norm;
@@ -171,7 +172,7 @@ pub fn hc_pre(
     Ok(())
 }
 
-/// y bf16 [rows, dim] = RMSNorm(hc_pre of each row) with weight w bf16 [dim], in one launch: `hc_pre` then `rms_norm`, bit for bit.
+/// y bf16 [rows, dim] = RMSNorm(hc_pre of each row) with weight w bf16 [dim], in one launch: `hc_pre` then `rms_norm`, bit for bit; with `codes`, also its FP8 codes (`hc_pre_norm_quant`).
 #[allow(clippy::too_many_arguments)]
 pub fn hc_pre_norm(
     gpu: &Gpu,
@@ -179,18 +180,27 @@ pub fn hc_pre_norm(
     mix: &In<'_>,
     w: &In<'_>,
     y: &mut Out<'_>,
+    codes: Option<Codes<'_>>,
     (rows, hc, dim): (usize, usize, usize),
     norm: Norm,
 ) -> Result<(), Error> {
-    const OP: &str = "hc_pre_norm";
-    need(OP, "w", w.len(), bytes(OP, &[dim, 2])?)?;
-    let Some((hc_i, dim_i)) = collapse_args(OP, (x, mix, &*y), (rows, hc, dim))? else { return Ok(()) };
+    let op = if codes.is_some() { "hc_pre_norm_quant" } else { "hc_pre_norm" };
+    need(op, "w", w.len(), bytes(op, &[dim, 2])?)?;
+    if let Some(c) = &codes {
+        check_codes(op, c, rows, dim)?;
+    }
+    let Some((hc_i, dim_i)) = collapse_args(op, (x, mix, &*y), (rows, hc, dim))? else { return Ok(()) };
     let wide = i32::from(norm.sums == SumOrder::Lanes32);
-    let f = gpu.function(&NORM.spec(&[]), OP)?;
+    let f = gpu.function(&NORM.spec(&[]), op)?;
     let mut launch = gpu.stream().launch_builder(&f);
-    launch.arg(x).arg(mix).arg(w).arg(y).arg(&hc_i).arg(&dim_i).arg(&norm.eps).arg(&wide);
-    // SAFETY: arguments match `hc_pre_norm(const u16*, const f32*, const u16*, u16*, int, int, float, int)`; sizes checked above.
-    unsafe { launch.launch(grid1(rows, super::norm::THREADS)) }.doing(|| format!("launching {OP} on {rows} rows"))?;
+    launch.arg(x).arg(mix).arg(w).arg(y);
+    let mut codes = codes;
+    if let Some(c) = codes.as_mut() {
+        launch.arg(&mut c.codes).arg(&mut c.scales);
+    }
+    launch.arg(&hc_i).arg(&dim_i).arg(&norm.eps).arg(&wide);
+    // SAFETY: arguments match `hc_pre_norm(const u16*, const f32*, const u16*, u16*, [u8*, f32*,] int, int, float, int)`; sizes checked above.
+    unsafe { launch.launch(grid1(rows, super::norm::THREADS)) }.doing(|| format!("launching {op} on {rows} rows"))?;
     Ok(())
 }
 

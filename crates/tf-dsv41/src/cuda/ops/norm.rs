@@ -1,9 +1,11 @@
 //! `rms_norm`: RMSNorm of bf16 rows bit-exact to `tf_core::ops::rms_norm_bf16` (its sequential sum of squares).
 
-use super::{In, Out};
+use super::{In, Out, bytes, grid1, int, need};
 use crate::cuda::kernels::NORM;
 use crate::linear::Norm;
+use cudarc::driver::PushKernelArg;
 use tf_core::ops::SumOrder;
+use tf_cuda::error::DriverResultExt;
 use tf_cuda::ops::{RmsNormKernel, rms_norm_rows};
 use tf_cuda::{Error, Gpu};
 
@@ -23,4 +25,50 @@ pub fn rms_norm(
     let wide = Some(i32::from(norm.sums == SumOrder::Lanes32));
     let kernel = RmsNormKernel { op: "rms_norm", spec: NORM.spec(&[]), entry: "rms_norm_seq", threads: THREADS, wide };
     rms_norm_rows(gpu, &kernel, x, w, y, rows, dim, norm.eps)
+}
+
+/// Where a norm also writes its output's FP8 codes `[rows, dim]` and f32 scales `[rows, dim / 32]` (act_quant_fp8's bits).
+pub struct Codes<'b> {
+    pub codes: Out<'b>,
+    pub scales: Out<'b>,
+}
+
+/// Fails naming `op` unless `dim` splits into whole 32-groups and the code buffers hold `rows` rows of them.
+pub(super) fn check_codes(op: &'static str, c: &Codes<'_>, rows: usize, dim: usize) -> Result<(), Error> {
+    if dim % 32 != 0 {
+        let what = format!("dim {dim} is not a multiple of 32: its rows cannot be quantized in 32-groups");
+        return Err(Error::Launch { op, what });
+    }
+    need(op, "codes", c.codes.len(), bytes(op, &[rows, dim])?)?;
+    need(op, "scales", c.scales.len(), bytes(op, &[rows, dim / 32, 4])?)
+}
+
+/// [`rms_norm`] that also writes `codes` of its output in the same launch (`rms_norm_quant`), bit for bit act_quant_fp8's.
+#[allow(clippy::too_many_arguments)]
+pub fn rms_norm_quant(
+    gpu: &Gpu,
+    x: &In<'_>,
+    w: &In<'_>,
+    y: &mut Out<'_>,
+    mut codes: Codes<'_>,
+    rows: usize,
+    dim: usize,
+    norm: Norm,
+) -> Result<(), Error> {
+    const OP: &str = "rms_norm_quant";
+    check_codes(OP, &codes, rows, dim)?;
+    need(OP, "x", x.len(), bytes(OP, &[rows, dim, 2])?)?;
+    need(OP, "w", w.len(), bytes(OP, &[dim, 2])?)?;
+    need(OP, "y", y.len(), bytes(OP, &[rows, dim, 2])?)?;
+    if rows == 0 || dim == 0 {
+        return Ok(());
+    }
+    int(OP, "rows", rows)?;
+    let (dim_i, wide) = (int(OP, "dim", dim)?, i32::from(norm.sums == SumOrder::Lanes32));
+    let f = gpu.function(&NORM.spec(&[]), OP)?;
+    let mut launch = gpu.stream().launch_builder(&f);
+    launch.arg(x).arg(w).arg(y).arg(&mut codes.codes).arg(&mut codes.scales).arg(&dim_i).arg(&norm.eps).arg(&wide);
+    // SAFETY: arguments match `rms_norm_quant(const u16*, const u16*, u16*, u8*, f32*, int, float, int)`; sizes checked above.
+    unsafe { launch.launch(grid1(rows, THREADS)) }.doing(|| format!("launching {OP} on {rows} rows × {dim}"))?;
+    Ok(())
 }
