@@ -7,7 +7,7 @@ out="${OUT:-$PWD/gpu-bench-out}"
 mkdir -p "$out"
 source scripts/gpu-env.sh
 need_ncu gpu-kernel-profile
-kernels="${TF_PROFILE_KERNELS:-^(sparse_attn|fp4_gemv_routed|hc_sinkhorn_warp4?|hc_dots|fp8_gemv_split|rms_norm_seq|hc_pre_norm)$}"
+kernels="${TF_PROFILE_KERNELS:-^(sparse_attn|fp4_gemv_routed|hc_sinkhorn_warp4?|hc_dots|fp8_gemv_split|rms_norm_(seq|quant)|hc_pre_norm(_quant)?)$}"
 TF_BENCH_BATCHES=1 TF_BENCH_LANES=0 TF_BENCH_PROMPT=0 TF_BENCH_OPS=0 TF_BENCH_GRAPHS=0 OUT="$out" \
   timeout --signal=KILL "${TF_NCU_TIMEOUT:-240}" "$ncu" --clock-control none --kernel-name-base function \
   --kernel-name "regex:$kernels" --launch-skip "${TF_PROFILE_SKIP:-700}" --launch-count "${TF_PROFILE_COUNT:-24}" \
