@@ -303,55 +303,62 @@ extern "C" __global__ void sparse_attn_rows(const unsigned short* __restrict__ q
                d, scale);
 }
 
-// Split decode path (few (row, head) blocks idle most SMs): heads a thread scores each key row for, once read, and keys a block.
+// Split decode path (few (row, head) blocks idle most SMs): heads a thread scores its key row for, and keys (threads) a block.
 #define SCORE_HEADS 4
-#define SCORE_KEYS 64
-// Key rows of 16-byte loads in flight in attn_scores.
-#define SCORE_AHEAD 8
+#define SCORE_KEYS 32
+// bf16 of padding after each staged key row: rows 16 bytes off the bank pattern, so 8 lanes' 16-byte reads hit distinct banks.
+#define SCORE_PAD 8
 
-// Grid (⌈L/SCORE_KEYS⌉, ⌈heads/SCORE_HEADS⌉, rows): thread j scores key j for SCORE_HEADS heads, each dot_seq's sum from -0.0 in index order, into scores[r, h, j]; d % 8 == 0 and 16-byte aligned rows (the launcher checks).
+// A 16-byte copy to shared memory that does not wait: a tile's whole key rows are in flight at once.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+
+// Grid (⌈L/SCORE_KEYS⌉, ⌈heads/SCORE_HEADS⌉, rows): the block stages its keys' rows in shared memory (one memory latency for the tile), then thread j scores key j for SCORE_HEADS heads, each dot_seq's sum from -0.0 in index order, into scores[r, h, j]; d % 8 == 0 and 16-byte aligned rows (the launcher checks).
 extern "C" __global__ void __launch_bounds__(SCORE_KEYS)
 attn_scores(const unsigned short* __restrict__ q, const unsigned short* __restrict__ chunk,
             const unsigned short* __restrict__ ring, const unsigned short* __restrict__ latents,
             const int* __restrict__ window, const int* __restrict__ sel, float* __restrict__ scores, int rows, int heads,
             int d, int w, int s, int latent_rows, float scale) {
     extern __shared__ __align__(16) float qs[];
+    __shared__ const unsigned short* key_rows[SCORE_KEYS];
     const int r = blockIdx.z, h0 = blockIdx.y * SCORE_HEADS, L = w + s, nh = min(SCORE_HEADS, heads - h0);
+    const int j0 = blockIdx.x * SCORE_KEYS, nk = min(SCORE_KEYS, L - j0), n8 = d / 8, ks = d + SCORE_PAD;
+    unsigned short* kt = reinterpret_cast<unsigned short*>(qs + SCORE_HEADS * d);
+    if ((int)threadIdx.x < nk)
+        key_rows[threadIdx.x] = list_key(window + (size_t)r * w, sel + (size_t)r * s, w, j0 + threadIdx.x, chunk, rows,
+                                         ring, latents, latent_rows, d);
     for (int i = threadIdx.x; i < SCORE_HEADS * d; i += blockDim.x)
         qs[i] = i / d < nh ? widen(q[((size_t)r * heads + h0) * d + i]) : 0.0f;
     __syncthreads();
-    const int j = blockIdx.x * SCORE_KEYS + threadIdx.x;
-    if (j >= L) return;
-    const unsigned short* k =
-        list_key(window + (size_t)r * w, sel + (size_t)r * s, w, j, chunk, rows, ring, latents, latent_rows, d);
+    for (int i = threadIdx.x; i < nk * n8; i += blockDim.x) {
+        const unsigned short* src = key_rows[i / n8];
+        if (src) cp_async16(kt + (i / n8) * ks + 8 * (i % n8), src + 8 * (i % n8));
+    }
+    asm volatile("cp.async.wait_all;");
+    __syncthreads();
+    if ((int)threadIdx.x >= nk) return;
+    const unsigned short* k = key_rows[threadIdx.x];
     float acc[SCORE_HEADS];
 #pragma unroll
     for (int hh = 0; hh < SCORE_HEADS; ++hh) acc[hh] = -0.0f;
     if (k) {
-        const uint4* k4 = reinterpret_cast<const uint4*>(k);
-        const int n8 = d / 8;
-        uint4 buf[SCORE_AHEAD];
+        const uint4* k4 = reinterpret_cast<const uint4*>(kt + threadIdx.x * ks);
+        for (int c = 0; c < n8; ++c) {
+            float kf[8];
+            unpack(k4[c], kt, kf);
 #pragma unroll
-        for (int u = 0; u < SCORE_AHEAD; ++u) buf[u] = u < n8 ? __ldg(k4 + u) : make_uint4(0u, 0u, 0u, 0u);
-        for (int c0 = 0; c0 < n8; c0 += SCORE_AHEAD) {
+            for (int hh = 0; hh < SCORE_HEADS; ++hh) {
+                const float4 qa = *reinterpret_cast<const float4*>(qs + hh * d + 8 * c);
+                const float4 qb = *reinterpret_cast<const float4*>(qs + hh * d + 8 * c + 4);
+                const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
-            for (int u = 0; u < SCORE_AHEAD; ++u) {
-                const int c = c0 + u;
-                if (c >= n8) break;
-                float kf[8];
-                unpack(buf[u], k, kf);
-                buf[u] = c + SCORE_AHEAD < n8 ? __ldg(k4 + c + SCORE_AHEAD) : buf[u];
-#pragma unroll
-                for (int hh = 0; hh < SCORE_HEADS; ++hh) {
-                    const float4 qa = *reinterpret_cast<const float4*>(qs + hh * d + 8 * c);
-                    const float4 qb = *reinterpret_cast<const float4*>(qs + hh * d + 8 * c + 4);
-                    const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) acc[hh] = __fadd_rn(acc[hh], __fmul_rn(qv[e], kf[e]));
-                }
+                for (int e = 0; e < 8; ++e) acc[hh] = __fadd_rn(acc[hh], __fmul_rn(qv[e], kf[e]));
             }
         }
     }
+    const int j = j0 + threadIdx.x;
 #pragma unroll
     for (int hh = 0; hh < SCORE_HEADS; ++hh)
         if (hh < nh) scores[((size_t)r * heads + h0 + hh) * L + j] = k ? __fmul_rn(acc[hh], scale) : -F32_INF;

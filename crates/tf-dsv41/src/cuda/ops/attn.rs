@@ -112,7 +112,9 @@ pub enum AttnPath {
 const SPLIT_MAX_PAIRS: usize = 512;
 /// `SCORE_HEADS`, `SCORE_KEYS`, `PV_HEADS` and `PV_COLS` in `kernels/attn.cu`.
 const SCORE_HEADS: usize = 4;
-const SCORE_KEYS: usize = 64;
+const SCORE_KEYS: usize = 32;
+/// `SCORE_PAD` in `kernels/attn.cu`: bf16 after each staged key row.
+const SCORE_PAD: usize = 8;
 const PV_HEADS: usize = 4;
 const PV_COLS: usize = 64;
 /// `SOFTMAX_THREADS` in `kernels/attn.cu`: an `attn_softmax` block, one per (row, head).
@@ -134,7 +136,7 @@ fn split_smem((d, w, s): (usize, usize, usize)) -> Result<[usize; 3], String> {
         return Err(format!("head dim {d} is not a multiple of {PV_COLS}, or the key list is empty"));
     }
     let nblk = list.div_ceil(BLOCK);
-    let scores = SCORE_HEADS * d * 4;
+    let scores = SCORE_HEADS * d * 4 + SCORE_KEYS * (d + SCORE_PAD) * 2;
     let softmax = 4 * (list + 3 * nblk);
     let pv = 8 * list + 4 * (PV_HEADS * list + PV_HEADS * (nblk + 1) + nblk * PV_HEADS * PV_COLS);
     if scores.max(softmax).max(pv) > 48 * 1024 {
