@@ -295,7 +295,7 @@ mod tests {
     fn the_split_path_takes_dsv41_decode_and_refuses_what_its_kernels_cannot_hold() {
         // V4.1's decode list: 128 window + 512 selected keys of dim 512, ten softmax blocks.
         let [scores, softmax, pv] = split_smem((512, 128, 512)).unwrap();
-        assert_eq!(scores, 4 * 512 * 4);
+        assert_eq!(scores, 4 * 512 * 4 + 32 * (512 + 8) * 2, "four heads' f32 queries and 32 padded key rows");
         assert_eq!(softmax, 4 * (640 + 30));
         assert_eq!(pv, 8 * 640 + 4 * (4 * 640 + 4 * 11 + 10 * 4 * 64));
         assert!(split_smem((96, 70, 30)).is_err(), "96 is no multiple of the 64-column tile");
