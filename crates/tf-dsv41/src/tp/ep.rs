@@ -36,19 +36,19 @@ impl std::fmt::Debug for SharedComm {
     }
 }
 
-/// Every rank's values (bits kept), rank `r` sending `sizes[r]`, which every rank knows, so none travel: one padded `all_gather`.
+/// Every rank's values (bits kept), rank `r` sending `sizes[r]`, which every rank knows, so none travel: one padded `all_gather` of [`Wire`] words.
 pub(crate) fn gather_sized<T: Wire>(comm: &SharedComm, mine: Vec<T>, sizes: &[usize], what: &str) -> Vec<Vec<T>> {
-    let max = sizes.iter().copied().max().unwrap_or(0);
+    let max = sizes.iter().map(|n| n.div_ceil(T::PER_WORD)).max().unwrap_or(0);
     // Every rank computes the same sizes, so all skip together or all gather.
     if max == 0 {
         return vec![Vec::new(); sizes.len()];
     }
-    let mut send: Vec<f32> = mine.into_iter().map(Wire::to_wire).collect();
+    let mut send = T::pack(&mine);
     send.resize(max, 0.0);
     let mut all = vec![0.0f32; max * sizes.len()];
     comm.with(|c| c.all_gather(&send, &mut all))
         .unwrap_or_else(|e| panic!("tensor parallel: gathering {what} failed: {e}"));
-    all.chunks_exact(max).zip(sizes).map(|(c, &n)| c[..n].iter().map(|&v| T::from_wire(v)).collect()).collect()
+    all.chunks_exact(max).zip(sizes).map(|(words, &n)| T::unpack(words, n)).collect()
 }
 
 /// Every item's `dim` values in item order, item `i` sent by rank `owners[i]` (all ranks know every owner, so no sizes travel); `mine`: this rank's items in order.

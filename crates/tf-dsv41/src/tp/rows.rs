@@ -4,29 +4,36 @@ use super::ep::gather_sized;
 use super::{SharedComm, partition};
 use std::ops::Range;
 use tf_core::bf16;
-use tf_core::formats::to_bf16;
 
-/// Values that travel through the f32 `all_gather` with their bits kept.
+/// Values that travel through the f32 `all_gather` with their bits kept: an f32 a word, two bf16 a word (half the bytes).
 pub trait Wire: Copy {
-    fn to_wire(self) -> f32;
-    fn from_wire(v: f32) -> Self;
+    /// Values one 32-bit word carries.
+    const PER_WORD: usize;
+    /// `vals` as words, the last one padded with zero bits.
+    fn pack(vals: &[Self]) -> Vec<f32>;
+    /// The first `n` values `words` carry.
+    fn unpack(words: &[f32], n: usize) -> Vec<Self>;
 }
 
 impl Wire for f32 {
-    fn to_wire(self) -> f32 {
-        self
+    const PER_WORD: usize = 1;
+    fn pack(vals: &[f32]) -> Vec<f32> {
+        vals.to_vec()
     }
-    fn from_wire(v: f32) -> f32 {
-        v
+    fn unpack(words: &[f32], n: usize) -> Vec<f32> {
+        words[..n].to_vec()
     }
 }
 
 impl Wire for bf16 {
-    fn to_wire(self) -> f32 {
-        self.to_f32()
+    const PER_WORD: usize = 2;
+    fn pack(vals: &[bf16]) -> Vec<f32> {
+        let word = |p: &[bf16]| u32::from(p[0].to_bits()) | u32::from(p.get(1).map_or(0, |b| b.to_bits())) << 16;
+        vals.chunks(2).map(|p| f32::from_bits(word(p))).collect()
     }
-    fn from_wire(v: f32) -> bf16 {
-        to_bf16(v)
+    fn unpack(words: &[f32], n: usize) -> Vec<bf16> {
+        let halves = words.iter().flat_map(|w| [w.to_bits() as u16, (w.to_bits() >> 16) as u16]);
+        halves.take(n).map(bf16::from_bits).collect()
     }
 }
 
@@ -95,4 +102,98 @@ pub fn by_rows_sized<T: Wire>(
     let sizes: Vec<usize> = parts.iter().map(|p| p.clone().map(size).sum()).collect();
     assert_eq!(local.len(), sizes[sp.comm.rank()], "a row share's rows have the sizes every rank expects");
     gather_sized(&sp.comm, local, &sizes, "sequence-parallel rows").into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tp::SharedComm;
+    use tf_collective::{Comm, CommError, InProcessComm};
+
+    /// Odd lengths, ±0, a subnormal, infinities, a quiet and a signalling NaN with payloads: every bit pattern class.
+    fn awkward() -> Vec<bf16> {
+        [0x0000, 0x8000, 0x0001, 0x7F80, 0xFF80, 0x7FC1, 0x7F81, 0x3F80, 0xC2F7].map(bf16::from_bits).to_vec()
+    }
+
+    #[test]
+    fn bf16_travels_two_a_word_with_every_bit_kept() {
+        let v = awkward();
+        let words = bf16::pack(&v);
+        assert_eq!(words.len(), v.len().div_ceil(2), "two bf16 a word, the odd last one padded");
+        let back = bf16::unpack(&words, v.len());
+        assert_eq!(
+            back.iter().map(|b| b.to_bits()).collect::<Vec<_>>(),
+            v.iter().map(|b| b.to_bits()).collect::<Vec<_>>()
+        );
+        let f = [f32::from_bits(0x7F80_0001), -0.0, 1.5];
+        assert_eq!(
+            f32::unpack(&f32::pack(&f), 3).iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            [0x7F80_0001, 0x8000_0000, 0x3FC0_0000]
+        );
+    }
+
+    /// Counts the f32 words each `all_gather` sends, then gathers through the in-process group.
+    struct Counting(InProcessComm, std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Comm for Counting {
+        fn rank(&self) -> usize {
+            self.0.rank()
+        }
+        fn world_size(&self) -> usize {
+            self.0.world_size()
+        }
+        fn all_reduce_sum(&self, b: &mut [f32]) -> Result<(), CommError> {
+            self.0.all_reduce_sum(b)
+        }
+        fn all_gather(&self, i: &[f32], o: &mut [f32]) -> Result<(), CommError> {
+            self.1.fetch_add(i.len(), std::sync::atomic::Ordering::SeqCst);
+            self.0.all_gather(i, o)
+        }
+        fn reduce_scatter_sum(&self, i: &[f32], o: &mut [f32]) -> Result<(), CommError> {
+            self.0.reduce_scatter_sum(i, o)
+        }
+        fn broadcast(&self, b: &mut [f32], root: usize) -> Result<(), CommError> {
+            self.0.broadcast(b, root)
+        }
+        fn broadcast_bytes(&self, b: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+            self.0.broadcast_bytes(b, root)
+        }
+        fn barrier(&self) -> Result<(), CommError> {
+            self.0.barrier()
+        }
+        fn send(&self, b: &[f32], to: usize) -> Result<(), CommError> {
+            self.0.send(b, to)
+        }
+        fn recv(&self, b: &mut [f32], from: usize) -> Result<(), CommError> {
+            self.0.recv(b, from)
+        }
+        fn send_recv(&self, s: &[f32], to: usize, r: &mut [f32], from: usize) -> Result<(), CommError> {
+            self.0.send_recv(s, to, r, from)
+        }
+    }
+
+    #[test]
+    fn gathered_rows_keep_their_bits_in_half_the_words() {
+        let sizes = [5usize, 0, 9];
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ranks: Vec<_> =
+            InProcessComm::group(3).into_iter().map(|c| SharedComm::new(Box::new(Counting(c, sent.clone())))).collect();
+        let mine = |r: usize| awkward().into_iter().cycle().skip(r).take(sizes[r]).collect::<Vec<bf16>>();
+        let got: Vec<Vec<Vec<bf16>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = ranks
+                .iter()
+                .enumerate()
+                .map(|(r, c)| s.spawn(move || gather_sized(c, mine(r), &sizes, "test")))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let bits = |v: &[bf16]| v.iter().map(|b| b.to_bits()).collect::<Vec<_>>();
+        for all in &got {
+            for (r, part) in all.iter().enumerate() {
+                assert_eq!(bits(part), bits(&mine(r)), "rank {r}'s rows, bit for bit");
+            }
+        }
+        // Three ranks each send the widest share, 9 bf16 in 5 words (not 9 f32 words).
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 3 * 5);
+    }
 }
