@@ -387,11 +387,32 @@ attn_softmax(float* __restrict__ scores, const float* __restrict__ sink, float* 
 
 // Heads and columns of an attn_pv block (8 columns a thread); its threads are (PV_COLS / 8) × one per softmax block.
 #define PV_HEADS 4
-#define PV_COLS 64
-// Keys a thread's value loads run ahead of its adds in attn_pv.
-#define PV_SPLIT_AHEAD 16
+#define PV_COLS 32
+// bf16 between two softmax blocks' staged value tiles: the two thread groups of a quarter-warp then read disjoint banks.
+#define PV_TILE_PAD 32
 
-// Grid (d / PV_COLS, ⌈heads/PV_HEADS⌉, rows), block (PV_COLS/8)·nblk, after attn_softmax (probs: its rounded probabilities, aux its rescales and sum_exp): thread group b forms softmax block b's p·v partial for 8 columns and PV_HEADS heads, and group 0 folds them in block order; every add the CPU's.
+// block_pv over a softmax block's staged values (its rows PV_COLS wide from `tile`): the same adds in the same order.
+template <int H>
+__device__ __forceinline__ void block_pv_tile(const unsigned short* const* keys, const unsigned short* tile, const float* p,
+                                              int L, int j0, int j1, int cl, float (&pv)[H][8]) {
+#pragma unroll
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int u = 0; u < 8; ++u) pv[h][u] = 0.0f;
+    for (int j = j0; j < j1; ++j) {
+        if (!keys[j]) continue;
+        float v[8];
+        unpack(*reinterpret_cast<const uint4*>(tile + (j - j0) * PV_COLS + cl), tile, v);
+#pragma unroll
+        for (int h = 0; h < H; ++h) {
+            const float pj = p[h * L + j];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) pv[h][e] = __fadd_rn(pv[h][e], __fmul_rn(pj, v[e]));
+        }
+    }
+}
+
+// Grid (d / PV_COLS, ⌈heads/PV_HEADS⌉, rows), block (PV_COLS/8)·nblk, after attn_softmax (probs: its rounded probabilities, aux its rescales and sum_exp): the block stages its columns of every key's value row (async copies, one memory latency), then thread group b forms softmax block b's p·v partial for 8 columns and PV_HEADS heads, and group 0 folds them in block order; every add the CPU's.
 extern "C" __global__ void attn_pv(const float* __restrict__ probs, const float* __restrict__ aux,
                                    const unsigned short* __restrict__ chunk, const unsigned short* __restrict__ ring,
                                    const unsigned short* __restrict__ latents, const int* __restrict__ window,
@@ -400,11 +421,14 @@ extern "C" __global__ void attn_pv(const float* __restrict__ probs, const float*
     extern __shared__ __align__(16) unsigned char smem[];
     const int tid = threadIdx.x, nt = blockDim.x;
     const int r = blockIdx.z, h0 = blockIdx.y * PV_HEADS, L = w + s, nblk = (L + BLOCK - 1) / BLOCK;
-    const int nh = min(PV_HEADS, heads - h0);
+    const int nh = min(PV_HEADS, heads - h0), c0 = blockIdx.x * PV_COLS, tile_step = BLOCK * PV_COLS + PV_TILE_PAD;
     const unsigned short** keys = reinterpret_cast<const unsigned short**>(smem);
     float* p = reinterpret_cast<float*>(smem + sizeof(void*) * (size_t)L);  // [PV_HEADS][L]
     float* rs = p + PV_HEADS * L;                                            // [PV_HEADS][nblk + 1]: rescales, sum_exp
     float* part = rs + PV_HEADS * (nblk + 1);                                // [nblk][PV_HEADS][PV_COLS]
+    // [nblk][tile_step] bf16 from the next 16-byte boundary (the pointers make the offset odd for odd L).
+    const size_t tail = reinterpret_cast<unsigned char*>(part + nblk * PV_HEADS * PV_COLS) - smem;
+    unsigned short* tiles = reinterpret_cast<unsigned short*>(smem + ((tail + 15) & ~(size_t)15));
     for (int j = tid; j < L; j += nt) {
         keys[j] =
             list_key(window + (size_t)r * w, sel + (size_t)r * s, w, j, chunk, rows, ring, latents, latent_rows, d);
@@ -414,11 +438,17 @@ extern "C" __global__ void attn_pv(const float* __restrict__ probs, const float*
     for (int i = tid; i < PV_HEADS * (nblk + 1); i += nt)
         rs[i] = i / (nblk + 1) < nh ? aux[((size_t)r * heads + h0) * (nblk + 1) + i] : 1.0f;
     __syncthreads();
-    constexpr int G = PV_COLS / 8;
-    const int b = tid / G, cl = (tid % G) * 8, c8 = blockIdx.x * PV_COLS + cl;
+    constexpr int P8 = PV_COLS / 8;
+    for (int i = tid; i < L * P8; i += nt) {
+        const int j = i / P8, piece = i % P8;
+        if (keys[j]) cp_async16(tiles + (j / BLOCK) * tile_step + (j % BLOCK) * PV_COLS + 8 * piece, keys[j] + c0 + 8 * piece);
+    }
+    asm volatile("cp.async.wait_all;");
+    __syncthreads();
+    const int b = tid / P8, cl = (tid % P8) * 8, c8 = c0 + cl;
     if (b < nblk) {
         float pv[PV_HEADS][8];
-        block_pv<PV_HEADS, PV_SPLIT_AHEAD>(keys, p, L, b * BLOCK, min(L, (b + 1) * BLOCK), c8, pv);
+        block_pv_tile<PV_HEADS>(keys, tiles + b * tile_step, p, L, b * BLOCK, min(L, (b + 1) * BLOCK), cl, pv);
 #pragma unroll
         for (int hh = 0; hh < PV_HEADS; ++hh)
 #pragma unroll

@@ -2,6 +2,7 @@
 
 use super::{In, Out, bytes, grid, int, need};
 use crate::cuda::kernels::{ATTN, COMPRESS};
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{DevicePtr, PushKernelArg};
 use tf_cuda::error::DriverResultExt;
 use tf_cuda::launch::grid3;
@@ -116,7 +117,11 @@ const SCORE_KEYS: usize = 32;
 /// `SCORE_PAD` in `kernels/attn.cu`: bf16 after each staged key row.
 const SCORE_PAD: usize = 8;
 const PV_HEADS: usize = 4;
-const PV_COLS: usize = 64;
+const PV_COLS: usize = 32;
+/// `PV_TILE_PAD` in `kernels/attn.cu`: bf16 between two softmax blocks' staged value tiles.
+const PV_TILE_PAD: usize = 32;
+/// Most dynamic shared memory a split kernel asks for: under GB10's 99 KiB a block (H100: 227 KiB).
+const SPLIT_SMEM_MAX: usize = 96 * 1024;
 /// `SOFTMAX_THREADS` in `kernels/attn.cu`: an `attn_softmax` block, one per (row, head).
 const SOFTMAX_THREADS: u32 = 256;
 
@@ -129,7 +134,7 @@ fn split_fit(gpu: &Gpu, keys: &KeyRows<'_>, dims: (usize, usize, usize)) -> Resu
     split_smem(dims)
 }
 
-/// [`split_fit`]'s shapes: head dims a multiple of 64, a key list, and each kernel's shared memory under 48 KiB.
+/// [`split_fit`]'s shapes: head dims a multiple of `PV_COLS`, a key list, and each kernel's shared memory under [`SPLIT_SMEM_MAX`].
 fn split_smem((d, w, s): (usize, usize, usize)) -> Result<[usize; 3], String> {
     let list = w + s;
     if !d.is_multiple_of(PV_COLS) || list == 0 {
@@ -139,7 +144,8 @@ fn split_smem((d, w, s): (usize, usize, usize)) -> Result<[usize; 3], String> {
     let scores = SCORE_HEADS * d * 4 + SCORE_KEYS * (d + SCORE_PAD) * 2;
     let softmax = 4 * (list + 3 * nblk);
     let pv = 8 * list + 4 * (PV_HEADS * list + PV_HEADS * (nblk + 1) + nblk * PV_HEADS * PV_COLS);
-    if scores.max(softmax).max(pv) > 48 * 1024 {
+    let pv = pv.next_multiple_of(16) + nblk * (BLOCK * PV_COLS + PV_TILE_PAD) * 2;
+    if scores.max(softmax).max(pv) > SPLIT_SMEM_MAX {
         return Err(format!("{list} keys of dim {d} need {pv} bytes of shared memory"));
     }
     Ok([scores, softmax, pv])
@@ -197,6 +203,10 @@ pub fn sparse_attn(
         // SAFETY: arguments match `attn_softmax(float*, const float*, float*, int, int)`; scores hold [rows, heads, w + s], aux [rows, heads, nblk + 1], sink [heads].
         unsafe { launch.launch(grid((heads, rows), SOFTMAX_THREADS, smem_softmax)) }.doing(|| what("attn_softmax"))?;
         let f = gpu.function(&ATTN.spec(&[]), "attn_pv")?;
+        // The staged value tiles take it past the default 48 KiB.
+        let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(max_smem, smem_pv as i32)
+            .doing(|| format!("allowing attn_pv {smem_pv} bytes of shared memory"))?;
         let mut launch = gpu.stream().launch_builder(&f);
         let (sv, av) = (scores.view(), aux.view());
         launch.arg(&sv).arg(&av).arg(keys.chunk).arg(keys.ring).arg(keys.latents).arg(window).arg(sel).arg(out);
@@ -297,11 +307,19 @@ mod tests {
         let [scores, softmax, pv] = split_smem((512, 128, 512)).unwrap();
         assert_eq!(scores, 4 * 512 * 4 + 32 * (512 + 8) * 2, "four heads' f32 queries and 32 padded key rows");
         assert_eq!(softmax, 4 * (640 + 30));
-        assert_eq!(pv, 8 * 640 + 4 * (4 * 640 + 4 * 11 + 10 * 4 * 64));
-        assert!(split_smem((96, 70, 30)).is_err(), "96 is no multiple of the 64-column tile");
+        let staged = 10 * (64 * 32 + 32) * 2;
+        assert_eq!(
+            pv,
+            8 * 640 + 4 * (4 * 640 + 4 * 11 + 10 * 4 * 32) + staged,
+            "pointers, probabilities, partials, value tiles"
+        );
+        assert!(split_smem((80, 70, 30)).is_err(), "80 is no multiple of the 32-column tile");
         assert!(split_smem((128, 0, 0)).is_err(), "an empty list has no softmax block");
-        // 2,176 keys: 34 blocks of p·v partials (34 KiB) plus probabilities and pointers pass 48 KiB.
-        assert!(split_smem((512, 128, 2048)).is_err());
-        assert!(split_smem((512, 128, 1024)).is_ok());
+        // 1,152 keys: 18 staged value tiles (75 KiB) plus partials, probabilities and pointers pass 96 KiB.
+        assert!(split_smem((512, 128, 1024)).is_err());
+        assert!(split_smem((512, 128, 768)).is_ok());
+        // An odd list puts the tiles at the next 16-byte boundary.
+        let [_, _, odd] = split_smem((512, 1, 0)).unwrap();
+        assert_eq!(odd, (8 + 4 * (4 + 4 * 2 + 4 * 32usize)).next_multiple_of(16) + (64 * 32 + 32) * 2);
     }
 }
