@@ -178,7 +178,6 @@ fn run() -> Result<Value, String> {
     )
 }
 
-/// `b` rows per call on a fork of the context lane: route pass (untimed), two warm calls, then the median of STEPS.
 /// A switch's values from `var` (a list such as `0,1`), else its current value alone.
 fn switch_list(var: &str, current: bool) -> Vec<bool> {
     std::env::var(var)
@@ -186,6 +185,7 @@ fn switch_list(var: &str, current: bool) -> Vec<bool> {
         .unwrap_or_else(|_| vec![current])
 }
 
+/// `b` rows per call on a fork of the context lane: route pass (untimed), two warm calls, then the median of STEPS.
 fn decode_batch(
     model: &GpuModel,
     base: &GpuLane,

@@ -35,7 +35,7 @@ pub struct Codes<'b> {
 
 /// Fails naming `op` unless `dim` splits into whole 32-groups and the code buffers hold `rows` rows of them.
 pub(super) fn check_codes(op: &'static str, c: &Codes<'_>, rows: usize, dim: usize) -> Result<(), Error> {
-    if dim % 32 != 0 {
+    if !dim.is_multiple_of(32) {
         let what = format!("dim {dim} is not a multiple of 32: its rows cannot be quantized in 32-groups");
         return Err(Error::Launch { op, what });
     }
