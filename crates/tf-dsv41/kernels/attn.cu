@@ -150,9 +150,11 @@ __device__ void pv_wide(const unsigned short* const* keys, const float* p, const
         for (int u = 0; u < 8; ++u) orow[c8 + u] = bf16_rne(acc[u] / sum_exp);
 }
 
-// attend_row's softmax over p[0..L) in shared memory, by the whole block: block maxima, the running max's rescales, each softmax block's psum from 0 in key order (independent of the others), the chain over blocks and the sink into *sum_exp; p keeps the unrounded exps.
+// attend_row's softmax over p[0..L) in shared memory, by the whole block (FMA_QUOTIENTS: exp_fma_rn, the same bits): block maxima, the running max's rescales, each softmax block's psum from 0 in key order (independent of the others), the chain over blocks and the sink into *sum_exp; p keeps the unrounded exps.
+template <bool FMA_QUOTIENTS>
 __device__ void softmax_block(float* p, int L, int nblk, float* run_max, float* rescale, float* psums, float sink_h,
                               float* sum_exp) {
+    auto ex = [](float v) { return FMA_QUOTIENTS ? exp_fma_rn(v) : exp_rn(v); };
     const int tid = threadIdx.x, nt = blockDim.x;
     // Block maxima in parallel; max is exact, so folding them after equals the CPU's fold from the previous max.
     for (int b = tid; b < nblk; b += nt) {
@@ -171,8 +173,8 @@ __device__ void softmax_block(float* p, int L, int nblk, float* run_max, float* 
         }
     }
     __syncthreads();
-    for (int b = tid; b < nblk; b += nt) rescale[b] = exp_rn(rescale[b]);
-    for (int j = tid; j < L; j += nt) p[j] = exp_rn(p[j] - run_max[j / BLOCK]);
+    for (int b = tid; b < nblk; b += nt) rescale[b] = ex(rescale[b]);
+    for (int j = tid; j < L; j += nt) p[j] = ex(p[j] - run_max[j / BLOCK]);
     __syncthreads();
     for (int b = tid; b < nblk; b += nt) {
         float psum = 0.0f;
@@ -185,7 +187,7 @@ __device__ void softmax_block(float* p, int L, int nblk, float* run_max, float* 
         float total = 0.0f;
         for (int b = 0; b < nblk; ++b) total = total * rescale[b] + psums[b];
         const float m = nblk > 0 ? run_max[nblk - 1] : -1e30f;
-        *sum_exp = total + exp_rn(sink_h - m);
+        *sum_exp = total + ex(sink_h - m);
     }
     __syncthreads();
 }
@@ -218,7 +220,7 @@ __device__ void attend_row(const unsigned short* __restrict__ qrow, unsigned sho
     for (int j = tid; j < L; j += nt) p[j] = keys[j] ? dot_seq(qf, keys[j], d) * scale : -F32_INF;
     __syncthreads();
 
-    softmax_block(p, L, nblk, run_max, rescale, psums, sink_h, &sum_exp);
+    softmax_block<false>(p, L, nblk, run_max, rescale, psums, sink_h, &sum_exp);
     // Probabilities enter p·v rounded to bf16; this pass runs after the psum above has read them unrounded.
     for (int j = tid; j < L; j += nt) p[j] = widen(bf16_rne(p[j]));
     __syncthreads();
@@ -380,7 +382,7 @@ attn_softmax(float* __restrict__ scores, const float* __restrict__ sink, float* 
     float* psums = rescale + nblk;
     for (int j = tid; j < L; j += nt) p[j] = g[j];
     __syncthreads();
-    softmax_block(p, L, nblk, run_max, rescale, psums, sink[h], out + nblk);
+    softmax_block<true>(p, L, nblk, run_max, rescale, psums, sink[h], out + nblk);
     for (int b = tid; b < nblk; b += nt) out[b] = rescale[b];
     for (int j = tid; j < L; j += nt) g[j] = widen(bf16_rne(p[j]));
 }

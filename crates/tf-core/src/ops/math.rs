@@ -28,6 +28,19 @@ pub fn exp(x: f32) -> f32 {
     (p * pow2(k as i64)) as f32
 }
 
+/// `exp`'s reduced argument `r` for `x` (`x − k·ln2`, k = round(x·log2 e)), for checks of the Taylor steps.
+pub fn exp_reduced(x: f32) -> f64 {
+    let xd = x as f64;
+    xd - (xd * LOG2_E).round() * LN_2
+}
+
+/// `r / n` as `exp` divides, from `inv` = RN(1/n): q = r·inv, then Markstein's correction q + fma(−q, n, r)·inv.
+/// Equal to the division for every `r` of an f32 input (`examples/exp_quotients.rs`); a GPU issues it far faster.
+pub fn quotient_by_reciprocal(r: f64, n: f64, inv: f64) -> f64 {
+    let q = r * inv;
+    (-q).mul_add(n, r).mul_add(inv, q)
+}
+
 /// ln(1 + x) rounded to f32 once from an f64 value within 2^-44 of the true result.
 pub fn ln_1p(x: f32) -> f32 {
     if x.is_nan() || x == f32::INFINITY {
@@ -88,6 +101,24 @@ mod tests {
             off += (ours != wide) as usize;
         }
         assert!(off < n / 10_000, "{off} of {n} differ from the f64 rounding");
+    }
+
+    #[test]
+    fn exp_quotients_by_reciprocal_equal_the_divisions() {
+        // Every 4,099th f32 of exp's domain; examples/exp_quotients.rs checks all of them.
+        let (lo, hi) = ((-110.0f32).to_bits(), 89.0f32.to_bits());
+        let xs = (0..hi).step_by(4099).chain((1u32 << 31..=lo).step_by(4099)).map(f32::from_bits);
+        let mut checked = 0;
+        for x in xs {
+            let r = exp_reduced(x);
+            for n in 1..=EXP_DEGREE {
+                let n = n as f64;
+                let (want, got) = (r / n, quotient_by_reciprocal(r, n, 1.0 / n));
+                assert_eq!(got.to_bits(), want.to_bits(), "x = {x}: r / {n}");
+            }
+            checked += 1;
+        }
+        assert!(checked > 500_000, "{checked} inputs");
     }
 
     #[test]
