@@ -34,8 +34,7 @@ pub fn exp_reduced(x: f32) -> f64 {
     xd - (xd * LOG2_E).round() * LN_2
 }
 
-/// `r / n` as `exp` divides, from `inv` = RN(1/n): q = r·inv, then Markstein's correction q + fma(−q, n, r)·inv.
-/// Equal to the division for every `r` of an f32 input (`examples/exp_quotients.rs`); a GPU issues it far faster.
+/// `r / n` as `exp` divides, from `inv` = RN(1/n): q = r·inv, then Markstein's correction; the division's bits for every f32 input (`examples/exp_quotients.rs`), issued far faster on a GPU.
 pub fn quotient_by_reciprocal(r: f64, n: f64, inv: f64) -> f64 {
     let q = r * inv;
     (-q).mul_add(n, r).mul_add(inv, q)

@@ -77,7 +77,7 @@ impl Backend for GpuModel {
     fn compress_source(&self, layer: usize, s: &GStreams, pos0: usize, lane: &mut GpuLane) -> Result<()> {
         let b = &self.blocks[layer];
         if b.role.is_kv_source {
-            let a_in = self.attn_input(b, s)?;
+            let a_in = self.attn_input(b, s, false)?;
             let (kv, gate) = self.compress_inputs(&b.attn, &b.role, &a_in.x, s.rows)?;
             self.compress_rows(&b.attn, &b.role, (&kv, gate.as_ref(), 0), pos0, s.rows, lane)?;
         }

@@ -338,7 +338,7 @@ impl GpuModel {
         let (gpu, cfg) = (self.gpu, self.cfg());
         let (hc, dim, rows) = (cfg.hc_mult, cfg.dim, s.rows);
         let mix_a = self.phase("mhc mixes", || self.mixes(&b.hc_attn, &s.x, rows))?;
-        let a_in = self.phase("hc_pre + norm", || self.attn_input(b, s))?;
+        let a_in = self.phase("hc_pre + norm", || self.attn_input(b, s, true))?;
         let a = self.phase("attention", || match parts {
             [p] => self.attention(&b.attn, &b.role, &a_in, &p.ctx, p.lane, &mut p.shared),
             parts => self.attention_lanes(&b.attn, &b.role, &a_in, parts),
@@ -358,9 +358,9 @@ impl GpuModel {
         Ok(())
     }
 
-    /// The normed attention input of every row: `attn_norm(hc_pre(X, pre))`, with codes where its FP8 linears read them.
-    pub(crate) fn attn_input(&self, b: &GBlock, s: &GStreams) -> Result<Normed, Error> {
-        let codes = b.attn.wq_a.is_fp8() || b.attn.wkv.is_fp8();
+    /// The normed attention input of every row: `attn_norm(hc_pre(X, pre))`, with codes where `wq_a` and `wkv` read them (`front`: the call runs them).
+    pub(crate) fn attn_input(&self, b: &GBlock, s: &GStreams, front: bool) -> Result<Normed, Error> {
+        let codes = front && !b.role.is_dspark && (b.attn.wq_a.is_fp8() || b.attn.wkv.is_fp8());
         self.pre_norm(&s.x, &s.mix, &b.attn_norm, s.rows, codes)
     }
 

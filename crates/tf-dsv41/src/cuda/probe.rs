@@ -94,7 +94,7 @@ impl GpuModel {
             let gmix = self.mixes(&gb.hc_attn, &gs.x, rows)?;
             row(format!("L{l} hc_attn mixes"), self.gpu.download(&gmix)?, &flat(&mix_a));
             let a_in = b.attn_input(&s, &cfg);
-            row(format!("L{l} attn_input"), self.down(&self.attn_input(gb, &gs)?.x)?, &f32s(&a_in));
+            row(format!("L{l} attn_input"), self.down(&self.attn_input(gb, &gs, false)?.x)?, &f32s(&a_in));
             let acall = AttnCall {
                 role: &b.role,
                 rope: bcall.rope,

@@ -120,7 +120,7 @@ const PV_HEADS: usize = 4;
 const PV_COLS: usize = 32;
 /// `PV_TILE_PAD` in `kernels/attn.cu`: bf16 between two softmax blocks' staged value tiles.
 const PV_TILE_PAD: usize = 32;
-/// Most dynamic shared memory a split kernel asks for: under GB10's 99 KiB a block (H100: 227 KiB).
+/// Most dynamic shared memory a split kernel asks for: with `attn_scores`' 256 static bytes, under GB10's 99 KiB a block (H100: 227 KiB).
 const SPLIT_SMEM_MAX: usize = 96 * 1024;
 /// `SOFTMAX_THREADS` in `kernels/attn.cu`: an `attn_softmax` block, one per (row, head).
 const SOFTMAX_THREADS: u32 = 256;
@@ -146,9 +146,19 @@ fn split_smem((d, w, s): (usize, usize, usize)) -> Result<[usize; 3], String> {
     let pv = 8 * list + 4 * (PV_HEADS * list + PV_HEADS * (nblk + 1) + nblk * PV_HEADS * PV_COLS);
     let pv = pv.next_multiple_of(16) + nblk * (BLOCK * PV_COLS + PV_TILE_PAD) * 2;
     if scores.max(softmax).max(pv) > SPLIT_SMEM_MAX {
-        return Err(format!("{list} keys of dim {d} need {pv} bytes of shared memory"));
+        let what = format!("scores {scores}, softmax {softmax}, p·v {pv}");
+        return Err(format!("{list} keys of dim {d} need more than {SPLIT_SMEM_MAX} bytes of shared memory ({what})"));
     }
     Ok([scores, softmax, pv])
+}
+
+/// A split kernel allowed [`SPLIT_SMEM_MAX`] bytes of dynamic shared memory (staged tiles pass the default 48 KiB): one value, so concurrent launches never race on it.
+fn split_function(gpu: &Gpu, entry: &'static str) -> Result<cudarc::driver::CudaFunction, Error> {
+    let f = gpu.function(&ATTN.spec(&[]), entry)?;
+    let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    f.set_attribute(max_smem, SPLIT_SMEM_MAX as i32)
+        .doing(|| format!("allowing {entry} {SPLIT_SMEM_MAX} bytes of shared memory"))?;
+    Ok(f)
 }
 
 /// `attn::sparse::attend` per (row, head) on `path`: q bf16 `[rows, heads, d]` over key ids i32 `window[rows, w] ++ sel[rows, s]`.
@@ -188,13 +198,13 @@ pub fn sparse_attn(
         let what = |k: &str| format!("launching {k} on {rows} rows × {heads} heads × {list} keys");
         let mut scores = gpu.pool().take(bytes(OP, &[rows, heads, list, 4])?)?;
         let mut aux = gpu.pool().take(bytes(OP, &[rows, heads, nblk + 1, 4])?)?;
-        let f = gpu.function(&ATTN.spec(&[]), "attn_scores")?;
+        let f = split_function(gpu, "attn_scores")?;
         let mut launch = gpu.stream().launch_builder(&f);
         let mut sv = scores.view_mut();
         launch.arg(q).arg(keys.chunk).arg(keys.ring).arg(keys.latents).arg(window).arg(sel).arg(&mut sv);
         launch.arg(&rows_i).arg(&heads_i).arg(&d_i).arg(&w_i).arg(&s_i).arg(&latent_i).arg(&scale);
         let g = (list.div_ceil(SCORE_KEYS), heads.div_ceil(SCORE_HEADS), rows);
-        // SAFETY: arguments match `attn_scores(const u16* ×4, const int* ×2, float*, int ×6, float)`; sizes checked above, rows 16-byte aligned and d % 64 == 0 (split_fit), scores hold [rows, heads, w + s].
+        // SAFETY: arguments match `attn_scores(const u16* ×4, const int* ×2, float*, int ×6, float)`; sizes checked above, rows 16-byte aligned and d % 32 == 0 (split_fit), scores hold [rows, heads, w + s].
         unsafe { launch.launch(grid3(g, SCORE_KEYS as u32, smem_scores)) }.doing(|| what("attn_scores"))?;
         let f = gpu.function(&ATTN.spec(&[]), "attn_softmax")?;
         let mut launch = gpu.stream().launch_builder(&f);
@@ -202,11 +212,7 @@ pub fn sparse_attn(
         launch.arg(&mut sv).arg(sink).arg(&mut av).arg(&heads_i).arg(&list_i);
         // SAFETY: arguments match `attn_softmax(float*, const float*, float*, int, int)`; scores hold [rows, heads, w + s], aux [rows, heads, nblk + 1], sink [heads].
         unsafe { launch.launch(grid((heads, rows), SOFTMAX_THREADS, smem_softmax)) }.doing(|| what("attn_softmax"))?;
-        let f = gpu.function(&ATTN.spec(&[]), "attn_pv")?;
-        // The staged value tiles take it past the default 48 KiB.
-        let max_smem = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        f.set_attribute(max_smem, smem_pv as i32)
-            .doing(|| format!("allowing attn_pv {smem_pv} bytes of shared memory"))?;
+        let f = split_function(gpu, "attn_pv")?;
         let mut launch = gpu.stream().launch_builder(&f);
         let (sv, av) = (scores.view(), aux.view());
         launch.arg(&sv).arg(&av).arg(keys.chunk).arg(keys.ring).arg(keys.latents).arg(window).arg(sel).arg(out);
