@@ -34,21 +34,9 @@ __device__ __forceinline__ void unpack(const uint4& v, const float*, float* f) {
 // An f32 result as the CPU's bf16 tensors hold it: rounded to bf16, then widened back.
 __device__ __forceinline__ float round_bf16(float x) { return widen(bf16_rne(x)); }
 
-// tf_core::ops::math::exp step for step (f64 Taylor of degree 11 after k = round(x·log2 e)); libm's expf differs.
-__device__ float exp_rn(float x) {
-    if (x != x) return x;
-    if (x > 89.0f) return F32_INF;
-    if (x < -110.0f) return 0.0f;
-    const double xd = (double)x;
-    const double k = round(xd * 1.4426950408889634);
-    const double r = xd - k * 0.6931471805599453;
-    double p = 1.0;
-    for (int n = 11; n >= 1; --n) p = 1.0 + r / (double)n * p;
-    return (float)(p * __longlong_as_double((long long)(k + 1023.0) << 52));
-}
-
-// exp_rn with each Taylor quotient r / n as r·RN(1/n) and Markstein's correction (tf_core::ops::math::quotient_by_reciprocal): the same bits for every f32 input (tf-core's examples/exp_quotients.rs), without f64 divisions.
-__device__ float exp_fma_rn(float x) {
+// tf_core::ops::math::exp step for step (f64 Taylor of degree 11 after k = round(x·log2 e)); libm's expf differs. FMA_QUOTIENTS: each r / n as r·RN(1/n) with Markstein's correction (tf_core's quotient_by_reciprocal), the same bits for every f32 input (tf-core's examples/exp_quotients.rs) without f64 divisions.
+template <bool FMA_QUOTIENTS>
+__device__ __forceinline__ float exp_taylor(float x) {
     if (x != x) return x;
     if (x > 89.0f) return F32_INF;
     if (x < -110.0f) return 0.0f;
@@ -58,14 +46,20 @@ __device__ float exp_fma_rn(float x) {
     const double inv[11] = {0x1p+0, 0x1p-1, 0x1.5555555555555p-2, 0x1p-2, 0x1.999999999999ap-3, 0x1.5555555555555p-3,
                             0x1.2492492492492p-3, 0x1p-3, 0x1.c71c71c71c71cp-4, 0x1.999999999999ap-4, 0x1.745d1745d1746p-4};
     double p = 1.0;
-#pragma unroll
     for (int n = 11; n >= 1; --n) {
-        const double q = __dmul_rn(r, inv[n - 1]);
-        const double quo = __fma_rn(__fma_rn(-q, (double)n, r), inv[n - 1], q);
-        p = __dadd_rn(1.0, __dmul_rn(quo, p));
+        if (FMA_QUOTIENTS) {
+            const double q = __dmul_rn(r, inv[n - 1]);
+            p = __dadd_rn(1.0, __dmul_rn(__fma_rn(__fma_rn(-q, (double)n, r), inv[n - 1], q), p));
+        } else {
+            p = 1.0 + r / (double)n * p;
+        }
     }
     return (float)(p * __longlong_as_double((long long)(k + 1023.0) << 52));
 }
+
+__device__ float exp_rn(float x) { return exp_taylor<false>(x); }
+
+__device__ float exp_fma_rn(float x) { return exp_taylor<true>(x); }
 
 // tf_core::ops::math's ln of a normal positive double: 2^e·m, m in [√½, √2), 2·atanh((m−1)/(m+1)) by 8 odd terms.
 __device__ double ln_f64(double u) {
