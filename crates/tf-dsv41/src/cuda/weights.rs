@@ -35,11 +35,6 @@ impl<'x> Acts<'x> {
         Acts { x, rows, k, made: None, fp8: OnceCell::new() }
     }
 
-    /// `new`, with the codes and scales an earlier `Acts` of the same rows quantized (`None`: quantized on first use).
-    pub fn with_fp8(x: &'x Buf, rows: usize, k: usize, fp8: Option<(Buf, Buf)>) -> Acts<'x> {
-        Acts { x, rows, k, made: None, fp8: fp8.map(OnceCell::from).unwrap_or_default() }
-    }
-
     /// The codes and scales, if a linear quantized the rows, for another `Acts` of them.
     pub fn into_fp8(self) -> Option<(Buf, Buf)> {
         self.fp8.into_inner()
