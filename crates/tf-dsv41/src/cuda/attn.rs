@@ -60,14 +60,8 @@ impl GpuModel {
     ) -> Result<Normed, Error> {
         let mut y = self.gpu.pool().take(rows * dim * 2)?;
         let mut fp8 = self.code_bufs(rows, dim, codes)?;
-        let (xv, wv, norm) = (x.view(), w.view(), self.cfg().norm());
-        match fp8.as_mut() {
-            Some((c, s)) => {
-                let codes = ops::Codes { codes: c.view_mut(), scales: s.view_mut() };
-                ops::rms_norm_quant(self.gpu, &xv, &wv, &mut y.view_mut(), codes, rows, dim, norm)?
-            }
-            None => ops::rms_norm(self.gpu, &xv, &wv, &mut y.view_mut(), rows, dim, norm)?,
-        }
+        let out = fp8.as_mut().map(|(c, s)| ops::Codes { codes: c.view_mut(), scales: s.view_mut() });
+        ops::rms_norm(self.gpu, &x.view(), &w.view(), &mut y.view_mut(), out, rows, dim, self.cfg().norm())?;
         Ok(Normed { x: y, rows, k: dim, fp8 })
     }
 

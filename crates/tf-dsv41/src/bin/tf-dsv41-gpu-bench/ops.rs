@@ -141,7 +141,7 @@ pub fn ops_bench(gpu: &Gpu, rows: usize) -> Result<Value, Error> {
         let us = 1e3
             * time(gpu, |g| {
                 let mut o = out.view_mut();
-                ops::rms_norm(g, &x.view(), &nw.view(), &mut o, rows, width, norm)
+                ops::rms_norm(g, &x.view(), &nw.view(), &mut o, None, rows, width, norm)
             })?;
         report(&format!("rms_norm {width}, {:?}", norm.sums), us, width * 2);
     }

@@ -118,7 +118,7 @@ fn norm_case(gpu: &Gpu, rng: &mut SplitMix64, report: &mut Report) -> Result<(),
         let up = |v: &[bf16]| gpu.upload(&v.iter().map(|b| b.to_bits()).collect::<Vec<u16>>());
         let (xd, wd) = (up(&x)?, up(&w)?);
         let mut yd = poisoned_bf16(gpu, rows * dim)?;
-        ops::rms_norm(gpu, &xd.view(), &wd.view(), &mut yd.view_mut(), rows, dim, norm)?;
+        ops::rms_norm(gpu, &xd.view(), &wd.view(), &mut yd.view_mut(), None, rows, dim, norm)?;
         let d = diff_bf16(&download_bf16(gpu, &yd)?, &want);
         report.row("rms_norm", format!("{rows} rows × {dim}, {sums:?}"), d.describe("ulp"), d.pass(0.0));
     }

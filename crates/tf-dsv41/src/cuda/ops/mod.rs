@@ -25,7 +25,7 @@ pub use index::{
 };
 pub use mhc::{Sinkhorn, hc_mean, hc_mixes, hc_post, hc_pre, hc_pre_norm};
 pub use moe::{moe_combine, moe_combine_joined, moe_with_shared, route, swiglu};
-pub use norm::{Codes, rms_norm, rms_norm_quant};
+pub use norm::{Codes, rms_norm};
 pub use rope::{rope, rope_table};
 pub use rows::{argmax_sum, embed_rows, scatter_rows, scatter_rows_into};
 
